@@ -1,0 +1,417 @@
+/**
+ * The `sluice` command line: the contract's flags with their exact names and defaults, plus
+ * `--config FILE`, a YAML file holding any flag by its long name in snake_case (`worker_urls`,
+ * `port`, ...) and what has no flag (`workers`, `api_keys`, `trusted_tenant_header`).
+ * A flag given on the command line wins over the file; the file wins over the default.
+ */
+import { readFileSync } from "node:fs";
+import { Command, InvalidArgumentError, Option } from "commander";
+import { parse as parseYaml } from "yaml";
+import { z } from "zod";
+import { PRIORITY_CLASSES, type PriorityClass, parsePriority } from "../core/class.js";
+import { ConfigError } from "../core/errors.js";
+import type { ApiKeySpec, HealthCheckOptions, WorkerPolicy, WorkerSpec } from "../gateway/options.js";
+
+export const LOG_LEVELS = ["trace", "debug", "info", "warn", "error", "fatal", "silent"] as const;
+export const POLICIES = ["power_of_two", "round_robin", "random"] as const;
+
+export interface GatewayFlags {
+  workerUrls: string[];
+  host: string;
+  port: number;
+  policy: WorkerPolicy;
+  priorityScheduler: {
+    enabled: boolean;
+    defaultMaxClass: PriorityClass;
+    configPath: string | undefined;
+    tenantMetricTopN: number;
+  };
+  legacy: {
+    maxConcurrentRequests: number;
+    queueSize: number;
+    queueTimeoutSecs: number;
+    rateLimitTokensPerSecond: number | undefined;
+  };
+  workers: WorkerSpec[];
+  apiKeys: ApiKeySpec[];
+  trustedTenantHeader: string | null;
+  requireAuth: boolean;
+  maxPayloadSize: number;
+  requestTimeoutSecs: number;
+  health: HealthCheckOptions;
+  logLevel: (typeof LOG_LEVELS)[number];
+}
+
+type Parser = (raw: string) => unknown;
+
+function intArg(min: number, what = `an integer >= ${min}`): Parser {
+  return (raw) => {
+    const n = Number(raw);
+    if (raw.trim() === "" || !Number.isInteger(n) || n < min)
+      throw new InvalidArgumentError(`must be ${what}`);
+    return n;
+  };
+}
+function numArg(what: string, ok: (n: number) => boolean): Parser {
+  return (raw) => {
+    const n = Number(raw);
+    if (raw.trim() === "" || !Number.isFinite(n) || !ok(n)) throw new InvalidArgumentError(`must be ${what}`);
+    return n;
+  };
+}
+function choiceArg(choices: readonly string[]): Parser {
+  return (raw) => {
+    if (!choices.includes(raw)) throw new InvalidArgumentError(`must be one of ${choices.join(", ")}`);
+    return raw;
+  };
+}
+const urlArg: Parser = (raw) => {
+  let url: URL;
+  try {
+    url = new URL(raw);
+  } catch {
+    throw new InvalidArgumentError(`"${raw}" is not a URL (expected http://host:port)`);
+  }
+  if (url.protocol !== "http:" && url.protocol !== "https:") {
+    throw new InvalidArgumentError(`"${raw}" must be an http:// or https:// URL`);
+  }
+  return url.origin;
+};
+// Parsed with the header's lenient rules: an unknown value falls back to default, as in the contract.
+const classArg: Parser = (raw) => parsePriority(raw).class;
+
+interface FlagSpec {
+  flags: string;
+  key: string;
+  description: string;
+  parse?: Parser;
+  default?: unknown;
+  variadic?: boolean;
+  boolean?: boolean;
+}
+
+/** One row per flag; the YAML key is the long name in snake_case. */
+export const FLAG_SPECS: FlagSpec[] = [
+  {
+    flags: "--worker-urls <url...>",
+    key: "worker_urls",
+    description: "worker base URLs",
+    parse: urlArg,
+    variadic: true,
+  },
+  { flags: "--host <host>", key: "host", description: "address to listen on", default: "127.0.0.1" },
+  { flags: "--port <port>", key: "port", description: "port to listen on", parse: intArg(0), default: 30000 },
+  {
+    flags: "--policy <policy>",
+    key: "policy",
+    description: `worker choice: ${POLICIES.join(" | ")}`,
+    parse: choiceArg(POLICIES),
+    default: "power_of_two",
+  },
+  {
+    flags: "--priority-scheduler-enabled",
+    key: "priority_scheduler_enabled",
+    description: "enable the priority scheduler (otherwise legacy admission)",
+    boolean: true,
+    default: false,
+  },
+  {
+    flags: "--priority-scheduler-default-max-class <class>",
+    key: "priority_scheduler_default_max_class",
+    description: `max class for tenants not in the YAML (${[...PRIORITY_CLASSES].reverse().join(" | ")})`,
+    parse: classArg,
+    default: "default",
+  },
+  {
+    flags: "--priority-scheduler-config <path>",
+    key: "priority_scheduler_config",
+    description: "priority-scheduler YAML (classes, tenant_policies)",
+  },
+  {
+    flags: "--priority-scheduler-tenant-metric-top-n <n>",
+    key: "priority_scheduler_tenant_metric_top_n",
+    description: "tenants that keep their own metric label; the rest share 'other'",
+    parse: intArg(0),
+    default: 32,
+  },
+  {
+    flags: "--max-concurrent-requests <n>",
+    key: "max_concurrent_requests",
+    description: "legacy admission: concurrent requests (-1 = unlimited)",
+    parse: (raw) => {
+      const n = Number(raw);
+      if (raw.trim() === "" || !Number.isInteger(n) || (n !== -1 && n < 1)) {
+        throw new InvalidArgumentError("must be -1 (unlimited) or an integer >= 1");
+      }
+      return n;
+    },
+    default: -1,
+  },
+  {
+    flags: "--queue-size <n>",
+    key: "queue_size",
+    description: "legacy admission: queue size",
+    parse: intArg(0),
+    default: 100,
+  },
+  {
+    flags: "--queue-timeout-secs <secs>",
+    key: "queue_timeout_secs",
+    description: "legacy admission: queue timeout",
+    parse: numArg("a number > 0", (n) => n > 0),
+    default: 60,
+  },
+  {
+    flags: "--rate-limit-tokens-per-second <n>",
+    key: "rate_limit_tokens_per_second",
+    description: "legacy admission: request rate (token bucket)",
+    parse: numArg("a number > 0", (n) => n > 0),
+  },
+  {
+    flags: "--require-auth",
+    key: "require_auth",
+    description: "answer 401 to requests without a known API key",
+    boolean: true,
+    default: false,
+  },
+  {
+    flags: "--max-payload-size <bytes>",
+    key: "max_payload_size",
+    description: "largest request body accepted (413 past it)",
+    parse: intArg(1),
+    default: 32 * 1024 * 1024,
+  },
+  {
+    flags: "--request-timeout-secs <secs>",
+    key: "request_timeout_secs",
+    description: "upstream headers and body timeout",
+    parse: numArg("a number > 0", (n) => n > 0),
+    default: 1800,
+  },
+  {
+    flags: "--health-check-interval-secs <secs>",
+    key: "health_check_interval_secs",
+    description: "worker health check period",
+    parse: numArg("a number > 0", (n) => n > 0),
+    default: 10,
+  },
+  {
+    flags: "--health-check-timeout-secs <secs>",
+    key: "health_check_timeout_secs",
+    description: "worker health check timeout",
+    parse: numArg("a number > 0", (n) => n > 0),
+    default: 5,
+  },
+  {
+    flags: "--health-failure-threshold <n>",
+    key: "health_failure_threshold",
+    description: "failed checks before a worker leaves",
+    parse: intArg(1),
+    default: 3,
+  },
+  {
+    flags: "--health-success-threshold <n>",
+    key: "health_success_threshold",
+    description: "passed checks before a worker returns",
+    parse: intArg(1),
+    default: 2,
+  },
+  {
+    flags: "--health-check-endpoint <path>",
+    key: "health_check_endpoint",
+    description: "worker health path",
+    default: "/health",
+  },
+  {
+    flags: "--log-level <level>",
+    key: "log_level",
+    description: LOG_LEVELS.join(" | "),
+    parse: choiceArg(LOG_LEVELS),
+    default: "info",
+  },
+  {
+    flags: "--config <path>",
+    key: "config",
+    description:
+      "gateway YAML: any flag by its snake_case name, plus workers, api_keys, trusted_tenant_header",
+  },
+];
+
+const NON_FLAG_KEYS = new Set(["workers", "api_keys", "trusted_tenant_header"]);
+
+const workersSchema = z.array(
+  z.strictObject({
+    url: z.string(),
+    capacity: z.number().int("must be an integer").min(1, "must be >= 1").optional(),
+  }),
+);
+const apiKeysSchema = z.array(z.strictObject({ sha256: z.string(), tenant: z.string() }));
+
+function camel(key: string): string {
+  return key.replace(/_([a-z])/g, (_, c: string) => c.toUpperCase());
+}
+
+export function buildCommand(): Command {
+  const cmd = new Command("sluice")
+    .description("Priority-aware admission control gateway for LLM inference workers")
+    .allowExcessArguments(false)
+    .showHelpAfterError("(run sluice --help for the flags)");
+  for (const spec of FLAG_SPECS) {
+    const opt = new Option(spec.flags, spec.description);
+    if (spec.parse) {
+      const parse = spec.parse;
+      opt.argParser(
+        spec.variadic ? (raw: string, prev: unknown) => [...((prev as unknown[]) ?? []), parse(raw)] : parse,
+      );
+    }
+    if (spec.default !== undefined) opt.default(spec.default);
+    cmd.addOption(opt);
+  }
+  return cmd;
+}
+
+/** Reads and checks the --config file; errors name the key. */
+export function loadConfigFile(path: string): Record<string, unknown> {
+  let text: string;
+  try {
+    text = readFileSync(path, "utf8");
+  } catch (err) {
+    throw new ConfigError(
+      "--config",
+      `cannot read ${path}: ${(err as NodeJS.ErrnoException).code ?? (err as Error).message}`,
+    );
+  }
+  let doc: unknown;
+  try {
+    doc = parseYaml(text);
+  } catch (err) {
+    throw new ConfigError(path, `invalid YAML: ${(err as Error).message.split("\n")[0]}`);
+  }
+  if (doc === null || doc === undefined) return {};
+  if (typeof doc !== "object" || Array.isArray(doc)) throw new ConfigError(path, "must be a YAML mapping");
+  const known = new Set(FLAG_SPECS.map((s) => s.key));
+  for (const key of Object.keys(doc)) {
+    if (key === "config")
+      throw new ConfigError(`${path}: config`, "a config file cannot name another config file");
+    if (!known.has(key) && !NON_FLAG_KEYS.has(key)) throw new ConfigError(`${path}: ${key}`, "unknown key");
+  }
+  return doc as Record<string, unknown>;
+}
+
+/** Converts a YAML value to the flag's type with the flag's own parser (so rules cannot drift). */
+function fromYaml(spec: FlagSpec, value: unknown, path: string): unknown {
+  const where = `${path}: ${spec.key}`;
+  if (spec.boolean) {
+    if (typeof value !== "boolean") throw new ConfigError(where, "must be true or false");
+    return value;
+  }
+  const one = (v: unknown) => {
+    if (typeof v !== "string" && typeof v !== "number")
+      throw new ConfigError(where, "must be a string or a number");
+    if (!spec.parse) return String(v);
+    try {
+      return spec.parse(String(v));
+    } catch (err) {
+      throw new ConfigError(where, (err as Error).message);
+    }
+  };
+  if (spec.variadic) {
+    const list = Array.isArray(value) ? value : [value];
+    return list.map(one);
+  }
+  return one(value);
+}
+
+/** Parses argv (without node and script) into validated gateway settings. */
+export function parseGatewayArgs(argv: string[]): GatewayFlags {
+  const cmd = buildCommand();
+  cmd.exitOverride();
+  cmd.configureOutput({ writeErr: () => {}, writeOut: (s) => process.stdout.write(s) });
+  cmd.parse(argv, { from: "user" });
+  const cli = cmd.opts() as Record<string, unknown>;
+  const configPath = cli.config as string | undefined;
+  const file = configPath ? loadConfigFile(configPath) : {};
+
+  const values: Record<string, unknown> = {};
+  for (const spec of FLAG_SPECS) {
+    const name = camel(spec.key);
+    const source = cmd.getOptionValueSource(name);
+    if (source === "cli" || !(spec.key in file)) values[spec.key] = cli[name];
+    else values[spec.key] = fromYaml(spec, file[spec.key], configPath!);
+  }
+
+  const workerUrls = (values.worker_urls as string[] | undefined) ?? [];
+  let workers: WorkerSpec[] = workerUrls.map((url) => ({ url }));
+  if (file.workers !== undefined) {
+    const parsed = workersSchema.safeParse(file.workers);
+    if (!parsed.success) {
+      const issue = parsed.error.issues[0]!;
+      throw new ConfigError(`${configPath}: workers.${issue.path.join(".")}`, issue.message);
+    }
+    const byUrl = new Map(workers.map((w) => [w.url, w]));
+    parsed.data.forEach((w, i) => {
+      let origin: string;
+      try {
+        origin = urlArg(w.url) as string;
+      } catch (err) {
+        throw new ConfigError(`${configPath}: workers.${i}.url`, (err as Error).message);
+      }
+      const existing = byUrl.get(origin);
+      if (existing) existing.capacity = w.capacity;
+      else {
+        const spec = { url: origin, capacity: w.capacity };
+        workers.push(spec);
+        byUrl.set(origin, spec);
+      }
+    });
+  }
+  workers = workers.filter((w, i) => workers.findIndex((x) => x.url === w.url) === i);
+  if (workers.length === 0) throw new ConfigError("--worker-urls", "at least one worker URL is required");
+
+  let apiKeys: ApiKeySpec[] = [];
+  if (file.api_keys !== undefined) {
+    const parsed = apiKeysSchema.safeParse(file.api_keys);
+    if (!parsed.success) {
+      const issue = parsed.error.issues[0]!;
+      throw new ConfigError(`${configPath}: api_keys.${issue.path.join(".")}`, issue.message);
+    }
+    apiKeys = parsed.data;
+  }
+  const trusted = file.trusted_tenant_header;
+  if (trusted !== undefined && trusted !== null && (typeof trusted !== "string" || trusted.trim() === "")) {
+    throw new ConfigError(`${configPath}: trusted_tenant_header`, "must be a header name or null");
+  }
+
+  return {
+    workerUrls: workers.map((w) => w.url),
+    host: values.host as string,
+    port: values.port as number,
+    policy: values.policy as WorkerPolicy,
+    priorityScheduler: {
+      enabled: values.priority_scheduler_enabled as boolean,
+      defaultMaxClass: values.priority_scheduler_default_max_class as PriorityClass,
+      configPath: values.priority_scheduler_config as string | undefined,
+      tenantMetricTopN: values.priority_scheduler_tenant_metric_top_n as number,
+    },
+    legacy: {
+      maxConcurrentRequests: values.max_concurrent_requests as number,
+      queueSize: values.queue_size as number,
+      queueTimeoutSecs: values.queue_timeout_secs as number,
+      rateLimitTokensPerSecond: values.rate_limit_tokens_per_second as number | undefined,
+    },
+    workers,
+    apiKeys,
+    trustedTenantHeader: (trusted as string | null | undefined) ?? null,
+    requireAuth: values.require_auth as boolean,
+    maxPayloadSize: values.max_payload_size as number,
+    requestTimeoutSecs: values.request_timeout_secs as number,
+    health: {
+      intervalSecs: values.health_check_interval_secs as number,
+      timeoutSecs: values.health_check_timeout_secs as number,
+      failureThreshold: values.health_failure_threshold as number,
+      successThreshold: values.health_success_threshold as number,
+      endpoint: values.health_check_endpoint as string,
+    },
+    logLevel: values.log_level as GatewayFlags["logLevel"],
+  };
+}

@@ -1,0 +1,77 @@
+#!/usr/bin/env node
+/**
+ * `sluice`: the gateway (default), `sluice mock-worker` (a simulated inference worker) and
+ * `sluice demo` (two mock workers, the gateway and a mixed-priority load with a live table).
+ */
+import { CommanderError } from "commander";
+import { pino } from "pino";
+import { ConfigError } from "../core/errors.js";
+import { startGateway } from "../gateway/server.js";
+import { runMockWorkerCli } from "../mock-worker/cli.js";
+import { parseGatewayArgs } from "./flags.js";
+
+export async function runGatewayCli(argv: string[]): Promise<void> {
+  const flags = parseGatewayArgs(argv);
+  const logger = pino({ level: flags.logLevel, base: { service: "sluice" } });
+  const gateway = await startGateway({
+    workers: flags.workers,
+    host: flags.host,
+    port: flags.port,
+    policy: flags.policy,
+    priorityScheduler: flags.priorityScheduler,
+    legacy: flags.legacy,
+    apiKeys: flags.apiKeys,
+    trustedTenantHeader: flags.trustedTenantHeader,
+    requireAuth: flags.requireAuth,
+    maxPayloadSize: flags.maxPayloadSize,
+    requestTimeoutSecs: flags.requestTimeoutSecs,
+    health: flags.health,
+    logger,
+  });
+  const stop = (signal: string) => {
+    logger.info({ signal }, "shutting down");
+    void gateway.close().then(() => process.exit(0));
+  };
+  process.once("SIGINT", () => stop("SIGINT"));
+  process.once("SIGTERM", () => stop("SIGTERM"));
+}
+
+export async function main(argv: string[]): Promise<number> {
+  const [sub, ...rest] = argv;
+  try {
+    if (sub === "mock-worker") await runMockWorkerCli(rest);
+    else if (sub === "demo") {
+      const { runDemo } = await import("./demo.js");
+      await runDemo(rest);
+    } else await runGatewayCli(argv);
+    return 0;
+  } catch (err) {
+    if (err instanceof CommanderError) {
+      if (err.exitCode === 0) return 0; // --help, --version
+      process.stderr.write(`sluice: ${err.message.replace(/^error: /, "")}\n`);
+      return 2;
+    }
+    if (err instanceof ConfigError) {
+      process.stderr.write(`sluice: ${err.message}\n`);
+      return 2;
+    }
+    const e = err as NodeJS.ErrnoException;
+    process.stderr.write(
+      `sluice: ${e.code === "EADDRINUSE" ? `port already in use (${e.message})` : e.message}\n`,
+    );
+    return 1;
+  }
+}
+
+const invokedDirectly = process.argv[1] !== undefined && /[\\/]cli[\\/]main\.(ts|js)$/.test(process.argv[1]);
+if (invokedDirectly) {
+  main(process.argv.slice(2)).then(
+    (code) => {
+      if (code !== 0) process.exit(code);
+    },
+    (err) => {
+      process.stderr.write(`sluice: ${(err as Error).message}\n`);
+      process.exit(1);
+    },
+  );
+}

@@ -1,0 +1,595 @@
+/**
+ * The priority scheduler: acquire, dispatch, timeouts, starvation promotion and preemption.
+ *
+ * Every decision is a synchronous function of the state and the injected clock. The only
+ * asynchrony is the Promise an acquire returns; the only timer is one clock timer armed at the
+ * earliest pending deadline (a queue timeout or a starvation threshold).
+ *
+ * Rules (see docs/design.md):
+ * - No queue jumping: an arrival takes a slot at once only when no waiter of its own or a higher
+ *   class is queued and its class has headroom.
+ * - Dispatch: starvation pass first (oldest waiter of any class past its threshold, reservations
+ *   ignored, capacity binding), then strict priority by class with reservation-aware headroom;
+ *   within a class, weighted fair queuing across tenants.
+ * - Preemption: an arrival of a can_preempt class that cannot be admitted and has no waiter of
+ *   its own or a higher class ahead of it takes the slot of one victim (strictly lower class, no
+ *   first byte yet, lowest class first, then most recently admitted).
+ */
+import {
+  CLASS_COUNT,
+  CLASS_RANK,
+  classOfRank,
+  PRIORITY_CLASSES,
+  type PriorityClass,
+  parsePriority,
+} from "./class.js";
+import { type Clock, realClock, type TimerHandle } from "./clock.js";
+import {
+  type ClassOverrides,
+  type ClassSettingsTable,
+  resolveClassSettings,
+  resolveTenantPolicies,
+  type TenantPolicy,
+} from "./config.js";
+import { ClientCancelledError, ConfigError, QueueFullError, QueueTimeoutError } from "./errors.js";
+import {
+  ADMISSION_OUTCOMES,
+  type AdmissionOutcome,
+  type ClassSnapshot,
+  type SchedulerCounters,
+  type SchedulerObserver,
+  type SchedulerSnapshot,
+} from "./events.js";
+import { FairQueue, type Flow, type QueueItem } from "./fair-queue.js";
+import { Permit, type PermitOwner, PreemptibleSet } from "./inflight.js";
+import { Slots } from "./slots.js";
+
+export interface SchedulerOptions {
+  /** Total concurrent requests the fleet can run. */
+  capacity: number;
+  /** Per-class overrides on top of the built-in defaults (YAML shape). */
+  classes?: ClassOverrides | ClassSettingsTable;
+  /** Tenant key -> policy (`max_class`, `weight`). */
+  tenantPolicies?: ReadonlyMap<string, TenantPolicy> | Record<string, TenantPolicy>;
+  /** Ceiling for tenants without a policy (default `default`). */
+  defaultMaxClass?: PriorityClass;
+  clock?: Clock;
+  observer?: SchedulerObserver;
+}
+
+export interface AcquireOptions {
+  /** Requested class: a class name or a raw `x-smg-priority` value (parsed leniently). */
+  priority?: PriorityClass | string | null;
+  /** Tenant key (e.g. `auth:acme`); default `anonymous`. */
+  tenant?: string;
+  /** Estimated cost (tokens) for fair queuing; default 1. */
+  cost?: number;
+  /** Aborting it while queued rejects with 499 `scheduler_client_cancelled` and frees the queue place. */
+  signal?: AbortSignal | undefined;
+}
+
+export interface Scheduler {
+  acquire(options?: AcquireOptions): Promise<Permit>;
+  /** Corrects the tenant's fair-queue flow once the request's actual cost is known. */
+  adjustCost(permit: Permit, actualCost: number): void;
+  /** Applies a live capacity; reservations are re-derived and waiters admitted as room appears. */
+  setCapacity(capacity: number): void;
+  readonly capacity: number;
+  /** Replaces tenant policies (e.g. on reload); queued waiters keep their class. */
+  setTenantPolicies(
+    policies: ReadonlyMap<string, TenantPolicy> | Record<string, TenantPolicy>,
+    defaultMaxClass?: PriorityClass,
+  ): void;
+  /** Resolves the effective class a request would get, without admitting it. */
+  classify(
+    priority: string | null | undefined,
+    tenant: string,
+  ): { requested: PriorityClass; effective: PriorityClass; unknown: boolean };
+  snapshot(): SchedulerSnapshot;
+  counters(): SchedulerCounters;
+  /** Number of waiters across all classes. */
+  readonly queued: number;
+  readonly inflight: number;
+}
+
+class Waiter implements QueueItem {
+  readonly tenant: string;
+  readonly cost: number;
+  readonly seq: number;
+  weight: number;
+  tag = 0;
+  flow: Flow<this> | null = null;
+  prevInFlow: this | null = null;
+  nextInFlow: this | null = null;
+  prevArrival: this | null = null;
+  nextArrival: this | null = null;
+  readonly rank: number;
+  readonly requestedRank: number;
+  readonly enqueuedAt: number;
+  resolve!: (permit: Permit) => void;
+  reject!: (error: Error) => void;
+  signal: AbortSignal | undefined;
+  onAbort: (() => void) | undefined;
+
+  constructor(
+    tenant: string,
+    cost: number,
+    weight: number,
+    seq: number,
+    rank: number,
+    requestedRank: number,
+    now: number,
+  ) {
+    this.tenant = tenant;
+    this.cost = cost;
+    this.weight = weight;
+    this.seq = seq;
+    this.rank = rank;
+    this.requestedRank = requestedRank;
+    this.enqueuedAt = now;
+  }
+}
+
+interface ResolvedTenant {
+  maxRank: number;
+  weight: number;
+}
+
+function toPolicyMap(
+  policies: ReadonlyMap<string, TenantPolicy> | Record<string, TenantPolicy> | undefined,
+): ReadonlyMap<string, TenantPolicy> {
+  if (policies === undefined) return new Map();
+  if (policies instanceof Map) return resolveTenantPolicies(Object.fromEntries(policies));
+  return resolveTenantPolicies(policies as Record<string, unknown>);
+}
+
+function isSettingsTable(
+  classes: ClassOverrides | ClassSettingsTable | undefined,
+): classes is ClassSettingsTable {
+  if (classes === undefined) return false;
+  return PRIORITY_CLASSES.every((c) => {
+    const s = (classes as ClassOverrides)[c];
+    return (
+      s !== undefined &&
+      s !== null &&
+      typeof s.reserved_floor === "number" &&
+      typeof s.reserved_per_slot === "number" &&
+      typeof s.queue_size === "number" &&
+      typeof s.queue_timeout_secs === "number" &&
+      typeof s.starvation_threshold_secs === "number" &&
+      typeof s.can_preempt === "boolean"
+    );
+  });
+}
+
+function assertCapacity(capacity: number): void {
+  if (!Number.isInteger(capacity) || capacity < 0) {
+    throw new ConfigError("capacity", `must be an integer >= 0, got ${capacity}`);
+  }
+}
+
+const ANONYMOUS = "anonymous";
+const OUTCOME_INDEX = Object.fromEntries(ADMISSION_OUTCOMES.map((o, i) => [o, i])) as Record<
+  AdmissionOutcome,
+  number
+>;
+
+class PriorityScheduler implements Scheduler, PermitOwner {
+  private readonly clock: Clock;
+  private readonly observer: SchedulerObserver;
+  private readonly settings: ClassSettingsTable;
+  private readonly slots: Slots;
+  private readonly queues: FairQueue<Waiter>[] = [];
+  private readonly preemptible = new PreemptibleSet();
+  private readonly queueLimit: number[] = [];
+  private readonly timeoutMs: number[] = [];
+  private readonly starvationMs: number[] = [];
+  private readonly canPreempt: boolean[] = [];
+  private tenants = new Map<string, ResolvedTenant>();
+  private defaultTenant: ResolvedTenant;
+  private queuedTotal = 0;
+  private seq = 0;
+  private timer: TimerHandle | undefined;
+  private timerAt = Number.POSITIVE_INFINITY;
+  private dispatching = false;
+  private readonly admissionCounts: number[][] = [];
+  private readonly preemptionCounts: number[][] = [];
+  private readonly promotionCounts: number[] = [0, 0, 0, 0];
+  private clampCount = 0;
+  private unknownCount = 0;
+
+  constructor(options: SchedulerOptions) {
+    assertCapacity(options.capacity);
+    this.clock = options.clock ?? realClock;
+    this.observer = options.observer ?? {};
+    this.settings = isSettingsTable(options.classes)
+      ? options.classes
+      : resolveClassSettings(options.classes);
+    Slots.assertFits(this.settings, options.capacity);
+    this.slots = new Slots(this.settings, options.capacity);
+    for (let rank = 0; rank < CLASS_COUNT; rank++) {
+      const s = this.settings[classOfRank(rank)];
+      this.queues.push(new FairQueue<Waiter>());
+      this.queueLimit.push(s.queue_size);
+      this.timeoutMs.push(s.queue_timeout_secs * 1000);
+      this.starvationMs.push(s.starvation_threshold_secs * 1000);
+      this.canPreempt.push(s.can_preempt);
+      this.admissionCounts.push(ADMISSION_OUTCOMES.map(() => 0));
+      this.preemptionCounts.push([0, 0, 0, 0]);
+    }
+    this.defaultTenant = { maxRank: CLASS_RANK[options.defaultMaxClass ?? "default"], weight: 1 };
+    this.setTenantPolicies(options.tenantPolicies ?? new Map(), options.defaultMaxClass);
+  }
+
+  get capacity(): number {
+    return this.slots.capacity;
+  }
+
+  get queued(): number {
+    return this.queuedTotal;
+  }
+
+  get inflight(): number {
+    return this.slots.total;
+  }
+
+  setTenantPolicies(
+    policies: ReadonlyMap<string, TenantPolicy> | Record<string, TenantPolicy>,
+    defaultMaxClass?: PriorityClass,
+  ): void {
+    const map = toPolicyMap(policies);
+    if (defaultMaxClass !== undefined)
+      this.defaultTenant = { maxRank: CLASS_RANK[defaultMaxClass], weight: 1 };
+    const tenants = new Map<string, ResolvedTenant>();
+    for (const [key, policy] of map) {
+      tenants.set(key, {
+        maxRank: policy.max_class !== undefined ? CLASS_RANK[policy.max_class] : this.defaultTenant.maxRank,
+        weight: policy.weight ?? 1,
+      });
+    }
+    this.tenants = tenants;
+  }
+
+  classify(priority: string | null | undefined, tenant: string) {
+    const parsed = parsePriority(priority);
+    const t = this.tenants.get(tenant) ?? this.defaultTenant;
+    const requested = CLASS_RANK[parsed.class];
+    return {
+      requested: parsed.class,
+      effective: classOfRank(Math.min(requested, t.maxRank)),
+      unknown: parsed.unknown,
+    };
+  }
+
+  acquire(options: AcquireOptions = {}): Promise<Permit> {
+    const tenant = options.tenant ?? ANONYMOUS;
+    const cost = options.cost ?? 1;
+    if (!(cost > 0) || !Number.isFinite(cost)) {
+      return Promise.reject(new RangeError(`acquire: cost must be a finite number > 0, got ${cost}`));
+    }
+    const parsed = parsePriority(options.priority);
+    if (parsed.unknown) {
+      this.unknownCount++;
+      this.observer.unknownPriority?.(tenant);
+    }
+    const policy = this.tenants.get(tenant) ?? this.defaultTenant;
+    const requested = CLASS_RANK[parsed.class];
+    let rank = requested;
+    if (requested > policy.maxRank) {
+      rank = policy.maxRank;
+      this.clampCount++;
+      this.observer.clamp?.(tenant, parsed.class, classOfRank(rank));
+    }
+
+    const signal = options.signal;
+    if (signal?.aborted) {
+      this.count(rank, "client_cancelled", tenant);
+      this.observer.queueWait?.(classOfRank(rank), 0, "client_cancelled");
+      return Promise.reject(new ClientCancelledError(classOfRank(rank), "scheduler_client_cancelled"));
+    }
+
+    const nothingAhead = this.queuedTotal === 0 || !this.waitersAtOrAbove(rank);
+    if (nothingAhead && this.slots.headroom(rank) > 0) {
+      return Promise.resolve(this.admitNew(rank, requested, tenant, cost, policy.weight));
+    }
+    if (nothingAhead && this.canPreempt[rank]) {
+      const victim = this.preemptible.victimBelow(rank);
+      if (victim !== null)
+        return Promise.resolve(this.preemptFor(victim, rank, requested, tenant, cost, policy.weight));
+    }
+
+    const queue = this.queues[rank]!;
+    if (queue.size >= this.queueLimit[rank]!) {
+      this.count(rank, "rejected_queue_full", tenant);
+      return Promise.reject(new QueueFullError(classOfRank(rank), this.queueLimit[rank]!));
+    }
+    return this.enqueue(rank, requested, tenant, cost, policy.weight, signal);
+  }
+
+  adjustCost(permit: Permit, actualCost: number): void {
+    // Only requests that went through a queue were charged to their flow.
+    if (permit.admission !== "queued" || !Number.isFinite(actualCost) || actualCost < 0) return;
+    this.queues[permit.rank]!.charge(permit.tenant, permit.weight, actualCost - permit.cost);
+  }
+
+  setCapacity(capacity: number): void {
+    assertCapacity(capacity);
+    this.slots.setCapacity(capacity);
+    this.dispatch();
+  }
+
+  // --- PermitOwner -------------------------------------------------------------------------
+
+  releasePermit(permit: Permit): void {
+    if (permit.preempted) return; // its slot already went to the preemptor
+    this.preemptible.remove(permit);
+    this.slots.give(permit.rank);
+    if (this.queuedTotal > 0) this.dispatch();
+  }
+
+  firstBytePermit(permit: Permit): void {
+    this.preemptible.remove(permit);
+  }
+
+  // --- admission ---------------------------------------------------------------------------
+
+  private waitersAtOrAbove(rank: number): boolean {
+    for (let r = rank; r < CLASS_COUNT; r++) if (this.queues[r]!.size > 0) return true;
+    return false;
+  }
+
+  private admitNew(rank: number, requested: number, tenant: string, cost: number, weight: number): Permit {
+    this.slots.take(rank);
+    const permit = new Permit(this, rank, requested, tenant, cost, weight, 0, "fast", false);
+    this.preemptible.add(permit);
+    this.count(rank, "admitted", tenant);
+    this.observer.queueWait?.(classOfRank(rank), 0, "admitted");
+    return permit;
+  }
+
+  private preemptFor(
+    victim: Permit,
+    rank: number,
+    requested: number,
+    tenant: string,
+    cost: number,
+    weight: number,
+  ): Permit {
+    this.preemptible.remove(victim);
+    this.slots.transfer(victim.rank, rank);
+    victim.markPreempted(rank);
+    this.preemptionCounts[victim.rank]![rank]!++;
+    this.observer.preemption?.(classOfRank(victim.rank), classOfRank(rank));
+    this.count(victim.rank, "preempted", victim.tenant);
+    const permit = new Permit(this, rank, requested, tenant, cost, weight, 0, "fast", false);
+    this.preemptible.add(permit);
+    this.count(rank, "admitted", tenant);
+    this.observer.queueWait?.(classOfRank(rank), 0, "admitted");
+    return permit;
+  }
+
+  private enqueue(
+    rank: number,
+    requested: number,
+    tenant: string,
+    cost: number,
+    weight: number,
+    signal: AbortSignal | undefined,
+  ): Promise<Permit> {
+    const now = this.clock.now();
+    const waiter = new Waiter(tenant, cost, weight, this.seq++, rank, requested, now);
+    const promise = new Promise<Permit>((resolve, reject) => {
+      waiter.resolve = resolve;
+      waiter.reject = reject;
+    });
+    this.queues[rank]!.push(waiter);
+    this.queuedTotal++;
+    if (signal !== undefined) {
+      waiter.signal = signal;
+      waiter.onAbort = () => this.cancel(waiter);
+      signal.addEventListener("abort", waiter.onAbort, { once: true });
+    }
+    const starveAt = now + this.starvationMs[rank]!;
+    const timeoutAt = now + this.timeoutMs[rank]!;
+    this.armTimer(Math.min(starveAt, timeoutAt));
+    return promise;
+  }
+
+  /** Takes a waiter off its queue (it has been served, timed out or cancelled). */
+  private detach(waiter: Waiter): void {
+    this.queuedTotal--;
+    if (waiter.signal !== undefined && waiter.onAbort !== undefined) {
+      waiter.signal.removeEventListener("abort", waiter.onAbort);
+    }
+    waiter.signal = undefined;
+    waiter.onAbort = undefined;
+  }
+
+  private grant(waiter: Waiter, promoted: boolean): void {
+    this.detach(waiter);
+    this.slots.take(waiter.rank);
+    const waitMs = this.clock.now() - waiter.enqueuedAt;
+    const permit = new Permit(
+      this,
+      waiter.rank,
+      waiter.requestedRank,
+      waiter.tenant,
+      waiter.cost,
+      waiter.weight,
+      waitMs,
+      "queued",
+      promoted,
+    );
+    this.preemptible.add(permit);
+    const cls = classOfRank(waiter.rank);
+    if (promoted) {
+      this.promotionCounts[waiter.rank]!++;
+      this.observer.starvationPromotion?.(cls);
+    }
+    this.count(waiter.rank, "admitted", waiter.tenant);
+    this.observer.queueWait?.(cls, waitMs / 1000, "admitted");
+    waiter.resolve(permit);
+  }
+
+  private cancel(waiter: Waiter): void {
+    if (waiter.flow === null) return; // already left the queue
+    this.queues[waiter.rank]!.remove(waiter);
+    this.detach(waiter);
+    const cls = classOfRank(waiter.rank);
+    this.count(waiter.rank, "client_cancelled", waiter.tenant);
+    this.observer.queueWait?.(cls, (this.clock.now() - waiter.enqueuedAt) / 1000, "client_cancelled");
+    waiter.reject(new ClientCancelledError(cls, "scheduler_client_cancelled"));
+    // A departure changes no headroom, but it may unblock nothing; no dispatch needed.
+  }
+
+  /** Admits whatever the rules allow right now. */
+  private dispatch(): void {
+    if (this.dispatching) return;
+    this.dispatching = true;
+    try {
+      const slots = this.slots;
+      // Starvation pass: the oldest waiter past its class's threshold, capacity still binding.
+      if (this.queuedTotal > 0 && slots.hasFreeSlot()) {
+        const now = this.clock.now();
+        while (slots.hasFreeSlot()) {
+          let best: Waiter | null = null;
+          for (let r = 0; r < CLASS_COUNT; r++) {
+            const oldest = this.queues[r]!.oldest();
+            if (
+              oldest !== null &&
+              now - oldest.enqueuedAt >= this.starvationMs[r]! &&
+              (best === null || oldest.seq < best.seq)
+            ) {
+              best = oldest;
+            }
+          }
+          if (best === null) break;
+          this.queues[best.rank]!.serveOutOfOrder(best);
+          this.grant(best, true);
+        }
+      }
+      // Strict priority with reservation-aware headroom. headroom(c) never exceeds headroom of a
+      // higher class, so the first class with waiters and no headroom ends the pass.
+      for (let r = CLASS_COUNT - 1; r >= 0 && this.queuedTotal > 0; r--) {
+        const queue = this.queues[r]!;
+        while (queue.size > 0) {
+          if (slots.headroom(r) <= 0) return;
+          this.grant(queue.pop()!, false);
+        }
+      }
+    } finally {
+      this.dispatching = false;
+    }
+  }
+
+  // --- time --------------------------------------------------------------------------------
+
+  private armTimer(at: number): void {
+    if (at >= this.timerAt) return;
+    if (this.timer !== undefined) this.clock.clearTimer(this.timer);
+    this.timerAt = at;
+    this.timer = this.clock.setTimer(() => this.onTimer(), at - this.clock.now());
+  }
+
+  private onTimer(): void {
+    this.timer = undefined;
+    this.timerAt = Number.POSITIVE_INFINITY;
+    const now = this.clock.now();
+    for (let r = 0; r < CLASS_COUNT; r++) {
+      const queue = this.queues[r]!;
+      const limit = this.timeoutMs[r]!;
+      for (let w = queue.oldest(); w !== null && now - w.enqueuedAt >= limit; w = queue.oldest()) {
+        queue.remove(w);
+        this.detach(w);
+        const cls = classOfRank(r);
+        this.count(r, "rejected_queue_timeout", w.tenant);
+        this.observer.queueWait?.(cls, (now - w.enqueuedAt) / 1000, "rejected_queue_timeout");
+        w.reject(new QueueTimeoutError(cls, limit / 1000));
+      }
+    }
+    this.dispatch();
+    this.rearm(now);
+  }
+
+  /** Arms the timer at the earliest deadline still ahead: a head's timeout or starvation mark. */
+  private rearm(now: number): void {
+    let next = Number.POSITIVE_INFINITY;
+    for (let r = 0; r < CLASS_COUNT; r++) {
+      const oldest = this.queues[r]!.oldest();
+      if (oldest === null) continue;
+      const timeoutAt = oldest.enqueuedAt + this.timeoutMs[r]!;
+      if (timeoutAt < next) next = timeoutAt;
+      const starveAt = oldest.enqueuedAt + this.starvationMs[r]!;
+      if (starveAt > now && starveAt < next) next = starveAt;
+    }
+    if (next !== Number.POSITIVE_INFINITY) this.armTimer(next);
+  }
+
+  // --- reporting ---------------------------------------------------------------------------
+
+  private count(rank: number, outcome: AdmissionOutcome, tenant: string): void {
+    this.admissionCounts[rank]![OUTCOME_INDEX[outcome]]!++;
+    this.observer.admission?.(classOfRank(rank), outcome, tenant);
+  }
+
+  snapshot(): SchedulerSnapshot {
+    const slots = this.slots;
+    const classes = {} as Record<PriorityClass, ClassSnapshot>;
+    for (let r = 0; r < CLASS_COUNT; r++) {
+      const queued = this.queues[r]!.size;
+      const limit = this.queueLimit[r]!;
+      const headroom = slots.headroom(r);
+      const queuePressure = limit > 0 ? queued / limit : queued > 0 ? 1 : 0;
+      const slotPressure = slots.capacity > 0 ? 1 - Math.max(0, headroom) / slots.capacity : 1;
+      classes[classOfRank(r)] = {
+        inflight: slots.inflight[r]!,
+        queued,
+        queueLimit: limit,
+        reserved: slots.reserved[r]!,
+        headroom,
+        capacityPressure: Math.min(1, Math.max(0, queuePressure, slotPressure)),
+      };
+    }
+    return {
+      capacity: slots.capacity,
+      inflight: slots.total,
+      queued: this.queuedTotal,
+      utilization: slots.capacity > 0 ? slots.total / slots.capacity : slots.total > 0 ? 1 : 0,
+      classes,
+    };
+  }
+
+  counters(): SchedulerCounters {
+    const admissions = {} as SchedulerCounters["admissions"];
+    const preemptions = {} as SchedulerCounters["preemptions"];
+    const starvationPromotions = {} as SchedulerCounters["starvationPromotions"];
+    for (let r = 0; r < CLASS_COUNT; r++) {
+      const cls = classOfRank(r);
+      const byOutcome = {} as Record<AdmissionOutcome, number>;
+      ADMISSION_OUTCOMES.forEach((o, i) => {
+        byOutcome[o] = this.admissionCounts[r]![i]!;
+      });
+      admissions[cls] = byOutcome;
+      const byClass = {} as Record<PriorityClass, number>;
+      for (let b = 0; b < CLASS_COUNT; b++) byClass[classOfRank(b)] = this.preemptionCounts[r]![b]!;
+      preemptions[cls] = byClass;
+      starvationPromotions[cls] = this.promotionCounts[r]!;
+    }
+    return {
+      admissions,
+      preemptions,
+      clamps: this.clampCount,
+      unknownPriority: this.unknownCount,
+      starvationPromotions,
+    };
+  }
+}
+
+/**
+ * Builds a priority scheduler. Throws ConfigError for invalid settings and
+ * ReservationsExceedCapacityError when the reservations do not fit `capacity`
+ * (the gateway then falls back to legacy admission).
+ */
+export function createScheduler(options: SchedulerOptions): Scheduler {
+  return new PriorityScheduler(options);
+}

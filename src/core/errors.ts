@@ -1,0 +1,101 @@
+/**
+ * Typed admission errors with stable codes, in the style of undici/fastify: callers switch on
+ * `code` (never on the message), and the gateway maps `status`, `code` and `retryAfterSecs`
+ * straight onto the HTTP answer.
+ */
+import type { PriorityClass } from "./class.js";
+
+export type AdmissionErrorCode =
+  | "scheduler_queue_full"
+  | "scheduler_queue_timeout"
+  | "scheduler_preempted"
+  | "scheduler_client_cancelled"
+  | "admission_queue_full"
+  | "admission_queue_timeout"
+  | "admission_client_cancelled";
+
+export class AdmissionError extends Error {
+  override readonly name: string = "AdmissionError";
+  /** Stable machine-readable code; also sent as `X-SMG-Error-Code`. */
+  readonly code: AdmissionErrorCode;
+  /** HTTP status the gateway answers with. */
+  readonly status: number;
+  /** Seconds a client should wait before retrying, when the contract says so. */
+  readonly retryAfterSecs: number | undefined;
+  /** Effective class of the request, when the scheduler had resolved one. */
+  readonly priorityClass: PriorityClass | undefined;
+
+  constructor(
+    code: AdmissionErrorCode,
+    status: number,
+    message: string,
+    options: { retryAfterSecs?: number; priorityClass?: PriorityClass } = {},
+  ) {
+    super(message);
+    this.code = code;
+    this.status = status;
+    this.retryAfterSecs = options.retryAfterSecs;
+    this.priorityClass = options.priorityClass;
+  }
+}
+
+export class QueueFullError extends AdmissionError {
+  override readonly name = "QueueFullError";
+  constructor(cls: PriorityClass, limit: number) {
+    super("scheduler_queue_full", 429, `the ${cls} queue is full (${limit} waiting)`, { priorityClass: cls });
+  }
+}
+
+export class QueueTimeoutError extends AdmissionError {
+  override readonly name = "QueueTimeoutError";
+  constructor(cls: PriorityClass, timeoutSecs: number) {
+    super("scheduler_queue_timeout", 408, `waited ${timeoutSecs}s in the ${cls} queue without admission`, {
+      priorityClass: cls,
+    });
+  }
+}
+
+export class PreemptedError extends AdmissionError {
+  override readonly name = "PreemptedError";
+  constructor(cls: PriorityClass, byClass: PriorityClass) {
+    super(
+      "scheduler_preempted",
+      503,
+      `the ${cls} request was preempted before its first byte by a ${byClass} request`,
+      { retryAfterSecs: 1, priorityClass: cls },
+    );
+  }
+}
+
+export class ClientCancelledError extends AdmissionError {
+  override readonly name = "ClientCancelledError";
+  constructor(
+    cls: PriorityClass | undefined,
+    code: "scheduler_client_cancelled" | "admission_client_cancelled",
+  ) {
+    super(code, 499, "the client went away before admission completed", cls ? { priorityClass: cls } : {});
+  }
+}
+
+/** A configuration value is invalid; `path` names the key (e.g. `classes.bulk.queue_timeout_secs`). */
+export class ConfigError extends Error {
+  override readonly name: string = "ConfigError";
+  readonly code = "invalid_config";
+  readonly path: string;
+  constructor(path: string, reason: string) {
+    super(path ? `${path}: ${reason}` : reason);
+    this.path = path;
+  }
+}
+
+/** The configured reservations do not fit the capacity the scheduler is built with. */
+export class ReservationsExceedCapacityError extends ConfigError {
+  override readonly name = "ReservationsExceedCapacityError";
+  readonly reserved: number;
+  readonly capacity: number;
+  constructor(reserved: number, capacity: number, detail: string) {
+    super("classes", `reservations total ${reserved} exceed capacity ${capacity} (${detail})`);
+    this.reserved = reserved;
+    this.capacity = capacity;
+  }
+}

@@ -1,0 +1,95 @@
+/**
+ * Capacity, reservations and per-class in-flight counts, indexed by class rank
+ * (0 bulk .. 3 system).
+ *
+ * headroom(c) = capacity - total_inflight - sum over classes h above c of max(0, reserved_h - inflight_h):
+ * only higher classes' unused reservations are held back, never a class's own.
+ */
+import { CLASS_COUNT, PRIORITY_CLASSES } from "./class.js";
+import { type ClassSettingsTable, requiredReservation } from "./config.js";
+import { ReservationsExceedCapacityError } from "./errors.js";
+
+export class Slots {
+  capacity: number;
+  total = 0;
+  readonly inflight: number[] = [0, 0, 0, 0];
+  /** Effective reservations after clamping to the live capacity. */
+  readonly reserved: number[] = [0, 0, 0, 0];
+  /** Reservations the configuration asks for at the live capacity (before clamping). */
+  readonly required: number[] = [0, 0, 0, 0];
+  private settings: ClassSettingsTable;
+
+  constructor(settings: ClassSettingsTable, capacity: number) {
+    this.settings = settings;
+    this.capacity = capacity;
+    this.recompute();
+  }
+
+  /** Throws when the configured reservations do not fit `capacity` (the startup check). */
+  static assertFits(settings: ClassSettingsTable, capacity: number): void {
+    let sum = 0;
+    const parts: string[] = [];
+    for (let rank = CLASS_COUNT - 1; rank >= 0; rank--) {
+      const cls = PRIORITY_CLASSES[rank]!;
+      const r = requiredReservation(settings[cls], capacity);
+      sum += r;
+      parts.push(`${cls} ${r}`);
+    }
+    if (sum > capacity) throw new ReservationsExceedCapacityError(sum, capacity, parts.join(", "));
+  }
+
+  setCapacity(capacity: number): void {
+    this.capacity = capacity;
+    this.recompute();
+  }
+
+  setSettings(settings: ClassSettingsTable): void {
+    this.settings = settings;
+    this.recompute();
+  }
+
+  /**
+   * Re-derives reservations from the live capacity. When they do not fit, the highest classes
+   * are filled first (system, interactive, default, bulk), so a dip is absorbed by the lowest.
+   */
+  private recompute(): void {
+    let remaining = this.capacity;
+    for (let rank = CLASS_COUNT - 1; rank >= 0; rank--) {
+      const want = requiredReservation(this.settings[PRIORITY_CLASSES[rank]!], this.capacity);
+      this.required[rank] = want;
+      const got = Math.min(want, Math.max(0, remaining));
+      this.reserved[rank] = got;
+      remaining -= got;
+    }
+  }
+
+  headroom(rank: number): number {
+    let held = 0;
+    for (let h = rank + 1; h < CLASS_COUNT; h++) {
+      const unused = this.reserved[h]! - this.inflight[h]!;
+      if (unused > 0) held += unused;
+    }
+    return this.capacity - this.total - held;
+  }
+
+  /** A free slot exists at all (reservations ignored): the starvation rule's bound. */
+  hasFreeSlot(): boolean {
+    return this.total < this.capacity;
+  }
+
+  take(rank: number): void {
+    this.inflight[rank]!++;
+    this.total++;
+  }
+
+  give(rank: number): void {
+    this.inflight[rank]!--;
+    this.total--;
+  }
+
+  /** Moves one in-flight slot from one class to another (preemption hands the slot over). */
+  transfer(fromRank: number, toRank: number): void {
+    this.inflight[fromRank]!--;
+    this.inflight[toRank]!++;
+  }
+}

@@ -1,0 +1,66 @@
+/** Everything the gateway needs to run, already validated (the CLI builds it from flags and YAML). */
+import type { Logger } from "pino";
+import type { PriorityClass } from "../core/class.js";
+import type { Clock } from "../core/clock.js";
+
+export type WorkerPolicy = "power_of_two" | "round_robin" | "random";
+
+export interface WorkerSpec {
+  url: string;
+  /** Overrides the capacity the worker reports. */
+  capacity?: number | undefined;
+}
+
+export interface ApiKeySpec {
+  /** Lowercase hex SHA-256 of the bearer token. */
+  sha256: string;
+  tenant: string;
+}
+
+export interface HealthCheckOptions {
+  intervalSecs: number;
+  timeoutSecs: number;
+  /** Consecutive failures before a healthy worker is taken out. */
+  failureThreshold: number;
+  /** Consecutive successes before an unhealthy worker is put back. */
+  successThreshold: number;
+  endpoint: string;
+}
+
+export interface GatewayOptions {
+  workers: WorkerSpec[];
+  host: string;
+  port: number;
+  policy: WorkerPolicy;
+  priorityScheduler: {
+    enabled: boolean;
+    defaultMaxClass: PriorityClass;
+    /** Path of the priority-scheduler YAML; a bad file makes the gateway fall back to legacy admission. */
+    configPath?: string | undefined;
+    tenantMetricTopN: number;
+  };
+  legacy: {
+    maxConcurrentRequests: number;
+    queueSize: number;
+    queueTimeoutSecs: number;
+    rateLimitTokensPerSecond?: number | undefined;
+  };
+  apiKeys: ApiKeySpec[];
+  trustedTenantHeader?: string | null | undefined;
+  requireAuth: boolean;
+  /** Largest request body accepted, in bytes (413 past it). */
+  maxPayloadSize: number;
+  /** Upstream headers/body timeout. */
+  requestTimeoutSecs: number;
+  health: HealthCheckOptions;
+  logger: Logger;
+  clock?: Clock | undefined;
+}
+
+export const DEFAULT_HEALTH: HealthCheckOptions = {
+  intervalSecs: 10,
+  timeoutSecs: 5,
+  failureThreshold: 3,
+  successThreshold: 2,
+  endpoint: "/health",
+};

@@ -1,0 +1,102 @@
+/**
+ * `sluice mock-worker`: runs the mock worker from the command line until SIGINT/SIGTERM.
+ */
+
+import { realpathSync } from "node:fs";
+import { fileURLToPath } from "node:url";
+import { Command, InvalidArgumentError } from "commander";
+import { startMockWorker } from "./server.js";
+
+function nonNegative(value: string): number {
+  const n = Number(value);
+  if (value.trim() === "" || !Number.isFinite(n) || n < 0) {
+    throw new InvalidArgumentError("expected a non-negative number");
+  }
+  return n;
+}
+
+function integer(min: number): (value: string) => number {
+  return (value) => {
+    const n = Number(value);
+    if (value.trim() === "" || !Number.isInteger(n) || n < min) {
+      throw new InvalidArgumentError(`expected an integer >= ${min}`);
+    }
+    return n;
+  };
+}
+
+interface CliOptions {
+  port: number;
+  host: string;
+  maxRunningRequests: number;
+  ttftMs: number;
+  tokenDelayMs: number;
+  batchSlowdown: number;
+  defaultMaxTokens: number;
+  model: string;
+  reportCapacity: boolean;
+}
+
+/**
+ * Parses the sub-command's own arguments (no node/script prefix, e.g. `["--port", "8001"]`),
+ * starts the worker, prints its address and resolves once a signal has closed it.
+ */
+export async function runMockWorkerCli(argv: string[]): Promise<void> {
+  const program = new Command("mock-worker")
+    .description("Simulated OpenAI/SGLang-compatible inference worker (no GPU)")
+    .option("--port <port>", "port to listen on (0 = ephemeral)", integer(0), 30000)
+    .option("--host <host>", "address to bind", "127.0.0.1")
+    .option("--max-running-requests <n>", "concurrent generations; more wait in a FIFO", integer(1), 64)
+    .option("--ttft-ms <ms>", "base time to first token", nonNegative, 20)
+    .option("--token-delay-ms <ms>", "base inter-token delay", nonNegative, 5)
+    .option("--batch-slowdown <fraction>", "delay added per extra running request", nonNegative, 0.02)
+    .option("--default-max-tokens <n>", "output length when a request sets none", integer(0), 16)
+    .option("--model <name>", "model name to report", "mock-llm")
+    .option("--no-report-capacity", "omit max_running_requests from /get_server_info");
+  await program.parseAsync(argv, { from: "user" });
+  const opts = program.opts<CliOptions>();
+
+  const worker = await startMockWorker({
+    port: opts.port,
+    host: opts.host,
+    maxRunningRequests: opts.maxRunningRequests,
+    ttftMs: opts.ttftMs,
+    tokenDelayMs: opts.tokenDelayMs,
+    batchSlowdown: opts.batchSlowdown,
+    defaultMaxTokens: opts.defaultMaxTokens,
+    model: opts.model,
+    reportCapacity: opts.reportCapacity,
+  });
+  process.stdout.write(
+    `mock worker listening on ${worker.url} (max_running_requests=${opts.maxRunningRequests})\n`,
+  );
+
+  await new Promise<void>((resolve) => {
+    const stop = (): void => {
+      process.off("SIGINT", stop);
+      process.off("SIGTERM", stop);
+      resolve();
+    };
+    process.on("SIGINT", stop);
+    process.on("SIGTERM", stop);
+  });
+  await worker.close();
+}
+
+// Runnable on its own too: `node --import tsx src/mock-worker/cli.ts --port 8001`.
+function isMain(): boolean {
+  const entry = process.argv[1];
+  if (entry === undefined) return false;
+  try {
+    return realpathSync(entry) === realpathSync(fileURLToPath(import.meta.url));
+  } catch {
+    return false;
+  }
+}
+
+if (isMain()) {
+  runMockWorkerCli(process.argv.slice(2)).catch((err: unknown) => {
+    process.stderr.write(`${err instanceof Error ? err.message : String(err)}\n`);
+    process.exitCode = 1;
+  });
+}

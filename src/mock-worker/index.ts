@@ -1,0 +1,8 @@
+/**
+ * The mock inference worker: an OpenAI- and SGLang-compatible simulated server for tests,
+ * benchmarks and the demo.
+ */
+
+export { runMockWorkerCli } from "./cli.js";
+export type { MockWorker, MockWorkerOptions, MockWorkerStats } from "./options.js";
+export { startMockWorker } from "./server.js";

@@ -1,0 +1,76 @@
+/**
+ * One inference request inside the worker: waits for a running slot, generates through a
+ * Generation, writes its answer, and gives the slot back when it finishes or its client leaves.
+ */
+
+import type { ServerResponse } from "node:http";
+import type { InferenceRequest, ResponseFormat } from "./protocol.js";
+import { type BatchEntry, type Batcher, Generation, type Timing, type TokenSink } from "./simulation.js";
+import { endStream, SSE_HEADERS, writeEvent } from "./sse.js";
+
+export class Job implements BatchEntry, TokenSink {
+  private generation: Generation | undefined;
+  private finished = false;
+
+  constructor(
+    private readonly res: ServerResponse,
+    private readonly batcher: Batcher,
+    private readonly request: InferenceRequest,
+    private readonly format: ResponseFormat,
+    private readonly timing: Timing,
+    /** x-mock-fail: hang: hold a slot and never answer. */
+    private readonly hang: boolean,
+  ) {}
+
+  /** Queues the job; with zero delays and a free slot it answers before this returns. */
+  begin(): void {
+    // res 'close' before we finished = the client went away (req 'close' fires after a complete body).
+    this.res.once("close", this.abort);
+    // Real servers send stream headers at once, before the first token; the body waits for it.
+    if (this.request.stream && !this.hang) this.res.writeHead(200, SSE_HEADERS);
+    this.batcher.enqueue(this);
+    if (this.request.stream && !this.hang && !this.res.headersSent && !this.finished) this.res.flushHeaders();
+  }
+
+  start(): void {
+    if (this.hang) return;
+    this.generation = new Generation(this.batcher, this.timing, this.request.maxTokens, this);
+    this.generation.start();
+  }
+
+  emit(index: number): boolean {
+    if (!this.request.stream) return true;
+    let ok = true;
+    for (const event of this.format.tokenEvents(index)) ok = writeEvent(this.res, event);
+    return ok;
+  }
+
+  waitForDrain(resume: () => void): void {
+    this.res.once("drain", resume);
+  }
+
+  done(): void {
+    this.finished = true;
+    // Count it before the client can see the end, so a test reading stats after the response agrees.
+    this.batcher.finish(this, "completed");
+    if (this.request.stream) {
+      for (const event of this.format.endEvents()) writeEvent(this.res, event);
+      endStream(this.res);
+    } else {
+      const body = JSON.stringify(this.format.fullBody());
+      this.res.writeHead(200, {
+        "content-type": "application/json",
+        "content-length": Buffer.byteLength(body),
+      });
+      this.res.end(body);
+    }
+  }
+
+  /** Client gone or worker closing: stop generating and free the slot (or leave the queue). */
+  readonly abort = (): void => {
+    if (this.finished) return;
+    this.finished = true;
+    this.generation?.cancel();
+    this.batcher.finish(this, "aborted");
+  };
+}
