@@ -117,7 +117,7 @@ export function createMetrics(options: MetricsOptions = {}): SluiceMetrics {
 
   const admit = new Counter({
     name: SCHEDULER_METRIC_NAMES.admit,
-    help: "Admission outcomes by effective class: admitted, rejected_queue_full, rejected_queue_timeout, preempted, client_cancelled.",
+    help: "Admission outcomes by effective class.",
     labelNames: ["class", "outcome"] as const,
     registers,
   });
@@ -136,13 +136,13 @@ export function createMetrics(options: MetricsOptions = {}): SluiceMetrics {
   });
   const clampTotal = new Counter({
     name: SCHEDULER_METRIC_NAMES.clamp,
-    help: "Requests clamped below their requested class by the tenant's max_class (top-N tenants, others as other).",
+    help: "Requests clamped below their requested class (tenant: the top N tenants, else other).",
     labelNames: ["tenant", "requested_class", "effective_class"] as const,
     registers,
   });
   const unknownPriority = new Counter({
     name: SCHEDULER_METRIC_NAMES.unknownPriority,
-    help: "Requests with an unrecognized x-smg-priority value, admitted as default (top-N tenants, others as other).",
+    help: "Requests with an unrecognized x-smg-priority value (tenant: the top N tenants, else other).",
     labelNames: ["tenant"] as const,
     registers,
   });
