@@ -9,6 +9,7 @@ import { Command, InvalidArgumentError, Option } from "commander";
 import { parse as parseYaml } from "yaml";
 import { z } from "zod";
 import { PRIORITY_CLASSES, type PriorityClass, parsePriority } from "../core/class.js";
+import { type Pricing, pricingSchema } from "../core/config.js";
 import { ConfigError } from "../core/errors.js";
 import type { ApiKeySpec, HealthCheckOptions, WorkerPolicy, WorkerSpec } from "../gateway/options.js";
 
@@ -40,6 +41,10 @@ export interface GatewayFlags {
   requestTimeoutSecs: number;
   health: HealthCheckOptions;
   logLevel: (typeof LOG_LEVELS)[number];
+  pricing: Pricing;
+  admin: { host: string; port: number; token: string } | undefined;
+  /** The --config file, for reloads. */
+  configPath: string | undefined;
 }
 
 type Parser = (raw: string) => unknown;
@@ -237,7 +242,7 @@ export const FLAG_SPECS: FlagSpec[] = [
   },
 ];
 
-const NON_FLAG_KEYS = new Set(["workers", "api_keys", "trusted_tenant_header"]);
+const NON_FLAG_KEYS = new Set(["workers", "api_keys", "trusted_tenant_header", "pricing"]);
 
 const workersSchema = z.array(
   z.strictObject({
@@ -368,15 +373,7 @@ export function parseGatewayArgs(argv: string[]): GatewayFlags {
   workers = workers.filter((w, i) => workers.findIndex((x) => x.url === w.url) === i);
   if (workers.length === 0) throw new ConfigError("--worker-urls", "at least one worker URL is required");
 
-  let apiKeys: ApiKeySpec[] = [];
-  if (file.api_keys !== undefined) {
-    const parsed = apiKeysSchema.safeParse(file.api_keys);
-    if (!parsed.success) {
-      const issue = parsed.error.issues[0]!;
-      throw new ConfigError(`${configPath}: api_keys.${issue.path.join(".")}`, issue.message);
-    }
-    apiKeys = parsed.data;
-  }
+  const { apiKeys, pricing } = reloadableParts(file, configPath);
   const trusted = file.trusted_tenant_header;
   if (trusted !== undefined && trusted !== null && (typeof trusted !== "string" || trusted.trim() === "")) {
     throw new ConfigError(`${configPath}: trusted_tenant_header`, "must be a header name or null");
@@ -413,5 +410,63 @@ export function parseGatewayArgs(argv: string[]): GatewayFlags {
       endpoint: values.health_check_endpoint as string,
     },
     logLevel: values.log_level as GatewayFlags["logLevel"],
+    pricing,
+    admin: adminSettings(values),
+    configPath,
   };
+}
+
+function adminSettings(values: Record<string, unknown>): GatewayFlags["admin"] {
+  const port = values.admin_port as number | undefined;
+  if (port === undefined) return undefined;
+  const tokenFile = values.admin_token_file as string | undefined;
+  let token: string | undefined;
+  if (tokenFile !== undefined) {
+    try {
+      token = readFileSync(tokenFile, "utf8").trim();
+    } catch (err) {
+      throw new ConfigError(
+        "--admin-token-file",
+        `cannot read ${tokenFile}: ${(err as NodeJS.ErrnoException).code}`,
+      );
+    }
+  } else token = process.env.SLUICE_ADMIN_TOKEN?.trim();
+  if (!token) {
+    throw new ConfigError(
+      "--admin-token-file",
+      "the admin API needs a token: --admin-token-file or SLUICE_ADMIN_TOKEN",
+    );
+  }
+  return { host: values.admin_host as string, port, token };
+}
+
+/** The parts of the --config file a reload re-reads: api_keys and pricing. */
+function reloadableParts(
+  file: Record<string, unknown>,
+  configPath: string | undefined,
+): { apiKeys: ApiKeySpec[]; pricing: Pricing } {
+  let apiKeys: ApiKeySpec[] = [];
+  if (file.api_keys !== undefined) {
+    const parsed = apiKeysSchema.safeParse(file.api_keys);
+    if (!parsed.success) {
+      const issue = parsed.error.issues[0]!;
+      throw new ConfigError(`${configPath}: api_keys.${issue.path.join(".")}`, issue.message);
+    }
+    apiKeys = parsed.data;
+  }
+  let pricing: Pricing = {};
+  if (file.pricing !== undefined && file.pricing !== null) {
+    const parsed = pricingSchema.safeParse(file.pricing);
+    if (!parsed.success) {
+      const issue = parsed.error.issues[0]!;
+      throw new ConfigError(`${configPath}: pricing.${issue.path.join(".")}`, issue.message);
+    }
+    pricing = parsed.data;
+  }
+  return { apiKeys, pricing };
+}
+
+/** Re-reads api_keys and pricing from the --config file (for reload). */
+export function reloadGatewayFile(configPath: string): { apiKeys: ApiKeySpec[]; pricing: Pricing } {
+  return reloadableParts(loadConfigFile(configPath), configPath);
 }

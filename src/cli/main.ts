@@ -8,7 +8,7 @@ import { pino } from "pino";
 import { ConfigError } from "../core/errors.js";
 import { startGateway } from "../gateway/server.js";
 import { runMockWorkerCli } from "../mock-worker/cli.js";
-import { parseGatewayArgs } from "./flags.js";
+import { parseGatewayArgs, reloadGatewayFile } from "./flags.js";
 
 export async function runGatewayCli(argv: string[]): Promise<void> {
   const flags = parseGatewayArgs(argv);
@@ -26,7 +26,16 @@ export async function runGatewayCli(argv: string[]): Promise<void> {
     maxPayloadSize: flags.maxPayloadSize,
     requestTimeoutSecs: flags.requestTimeoutSecs,
     health: flags.health,
+    pricing: flags.pricing,
+    admin: flags.admin,
+    reloadGatewayConfig: flags.configPath ? () => reloadGatewayFile(flags.configPath!) : undefined,
     logger,
+  });
+  // SIGHUP re-reads the policy files, like POST /api/v1/reload; a bad file keeps the running policy.
+  process.on("SIGHUP", () => {
+    gateway
+      .reload()
+      .catch((err: Error) => logger.error({ err: err.message }, `reload rejected: ${err.message}`));
   });
   const stop = (signal: string) => {
     logger.info({ signal }, "shutting down");

@@ -11,6 +11,8 @@ export interface Clock {
   /** Calls `fn` once, `delayMs` from now. */
   setTimer(fn: () => void, delayMs: number): TimerHandle;
   clearTimer(handle: TimerHandle): void;
+  /** Wall-clock epoch milliseconds, for calendar rules (budget periods, access windows). */
+  epochMs?(): number;
 }
 
 /** The process clock: performance.now() and unref'd timers (a pending timeout never keeps Node alive). */
@@ -24,6 +26,7 @@ export const realClock: Clock = {
   clearTimer(handle) {
     clearTimeout(handle as NodeJS.Timeout);
   },
+  epochMs: () => Date.now(),
 };
 
 interface ManualTimer {
@@ -44,6 +47,11 @@ export class ManualClock implements Clock {
   }
 
   now(): number {
+    return this.current;
+  }
+
+  /** The manual clock's time doubles as epoch ms: start it at e.g. Date.UTC(2026, 0, 31, 23, 59). */
+  epochMs(): number {
     return this.current;
   }
 

@@ -5,6 +5,7 @@
  */
 import { parse as parseYamlText } from "yaml";
 import { z } from "zod";
+import { parseAccessWindow } from "./access-window.js";
 import { CLASS_RANK, PRIORITY_CLASSES, type PriorityClass } from "./class.js";
 import { ConfigError } from "./errors.js";
 
@@ -61,11 +62,27 @@ export const BUILTIN_CLASS_DEFAULTS: ClassSettingsTable = Object.freeze({
   }),
 });
 
+export type BudgetPeriod = "day" | "month";
+
 export interface TenantPolicy {
   /** Highest class the tenant may be admitted under. */
   max_class?: PriorityClass | undefined;
   /** Fair-share weight inside a class (default 1). */
   weight?: number | undefined;
+  /** Per-minute token bucket: capacity and refill per minute (429 token_budget_exceeded). */
+  tokens_per_minute?: number | undefined;
+  /** Term budget in tokens per budget_period (403 tenant_budget_exhausted). */
+  budget_tokens?: number | undefined;
+  /** Term budget in USD per budget_period, priced by `pricing` (403 tenant_budget_exhausted). */
+  budget_cost_usd?: number | undefined;
+  /** UTC period of the term budgets (default month). */
+  budget_period?: BudgetPeriod | undefined;
+  /** Model allowlist; absent = every model (403 model_not_allowed). */
+  models?: string[] | undefined;
+  /** false = suspended (403 tenant_inactive). */
+  active?: boolean | undefined;
+  /** When the tenant may send requests, e.g. "Mon-Fri 08:00-20:00 UTC" (403 tenant_inactive outside). */
+  access_windows?: string[] | undefined;
 }
 
 const classEnum = z.enum(PRIORITY_CLASSES, {
@@ -94,7 +111,37 @@ export const classSettingsSchema = z.strictObject({
 export const tenantPolicyShape = {
   max_class: classEnum.optional(),
   weight: z.number({ error: "must be a number" }).gt(0, "must be > 0").optional(),
+  tokens_per_minute: z.number({ error: "must be a number" }).gt(0, "must be > 0").optional(),
+  budget_tokens: z.number({ error: "must be a number" }).min(0, "must be >= 0").optional(),
+  budget_cost_usd: z.number({ error: "must be a number" }).min(0, "must be >= 0").optional(),
+  budget_period: z.enum(["day", "month"], { error: () => "must be day or month" }).optional(),
+  models: z
+    .array(z.string({ error: "must be a model name" }), { error: "must be a list of model names" })
+    .optional(),
+  active: z.boolean({ error: "must be true or false" }).optional(),
+  access_windows: z
+    .array(
+      z.string({ error: 'must be a window such as "Mon-Fri 08:00-20:00 UTC"' }).superRefine((text, ctx) => {
+        try {
+          parseAccessWindow(text);
+        } catch (err) {
+          ctx.addIssue({ code: "custom", message: (err as Error).message });
+        }
+      }),
+      { error: "must be a list of windows" },
+    )
+    .optional(),
 };
+
+/** `pricing` in the gateway YAML: USD per million tokens, per model. */
+export const pricingSchema = z.record(
+  z.string(),
+  z.strictObject({
+    input_per_mtok: z.number({ error: "must be a number" }).min(0, "must be >= 0"),
+    output_per_mtok: z.number({ error: "must be a number" }).min(0, "must be >= 0"),
+  }),
+);
+export type Pricing = z.infer<typeof pricingSchema>;
 
 export const tenantPolicySchema = z.strictObject(tenantPolicyShape);
 

@@ -479,6 +479,9 @@ class PriorityScheduler implements Scheduler, PermitOwner {
       }
     } finally {
       this.dispatching = false;
+      // Served or promoted waiters may have been hiding a younger waiter's starvation mark (rearm
+      // skips a head already past its mark): arm the timer for the queues' new heads.
+      if (this.queuedTotal > 0) this.rearm(this.clock.now());
     }
   }
 

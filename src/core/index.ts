@@ -1,3 +1,5 @@
+export * from "./access-window.js";
+export * from "./budgets.js";
 export * from "./class.js";
 export * from "./clock.js";
 export * from "./config.js";

@@ -3,7 +3,7 @@
  * OpenAI-style JSON error body `{"error":{"message","type","code"}}` with `X-SMG-Error-Code`.
  */
 import type { ServerResponse } from "node:http";
-import { AdmissionError } from "../core/errors.js";
+import { AdmissionError, ConfigError } from "../core/errors.js";
 
 export interface GatewayErrorSpec {
   status: number;
@@ -48,6 +48,7 @@ export function specFromAdmissionError(error: AdmissionError): GatewayErrorSpec 
 
 export function specFromError(error: unknown): GatewayErrorSpec {
   if (error instanceof AdmissionError) return specFromAdmissionError(error);
+  if (error instanceof ConfigError) return { status: 400, code: "invalid_config", message: error.message };
   if (error instanceof GatewayError) {
     return {
       status: error.status,

@@ -2,6 +2,7 @@
 import type { Logger } from "pino";
 import type { PriorityClass } from "../core/class.js";
 import type { Clock } from "../core/clock.js";
+import type { Pricing } from "../core/config.js";
 
 export type WorkerPolicy = "power_of_two" | "round_robin" | "random";
 
@@ -53,6 +54,12 @@ export interface GatewayOptions {
   /** Upstream headers/body timeout. */
   requestTimeoutSecs: number;
   health: HealthCheckOptions;
+  /** USD per million tokens per model, for `budget_cost_usd`. */
+  pricing?: Pricing | undefined;
+  /** The admin listener; absent = no admin API. */
+  admin?: { host: string; port: number; token: string } | undefined;
+  /** Re-reads the gateway file's reloadable parts (api_keys, pricing) on reload; throws ConfigError. */
+  reloadGatewayConfig?: (() => { apiKeys: ApiKeySpec[]; pricing: Pricing }) | undefined;
   logger: Logger;
   clock?: Clock | undefined;
 }

@@ -102,8 +102,17 @@ export interface ForwardOptions {
   markFirstByte: () => boolean;
   /** Extra response headers (admission info). */
   extraHeaders: Record<string, string>;
-  /** Sees each body chunk as it passes (usage accounting); must not keep it. */
-  onChunk?: ((chunk: Buffer) => void) | undefined;
+  /** Given the upstream content type, may return a transform every body chunk passes through. */
+  observe?: ((contentType: string | undefined) => BodyTransform | undefined) | undefined;
+}
+
+export interface BodyTransform {
+  /** True when the transform may drop bytes (then Content-Length cannot be kept). */
+  readonly changesLength: boolean;
+  /** What to send to the client for this chunk (may be empty). */
+  transform(chunk: Buffer): Buffer;
+  /** Held-back bytes at the end of the body. */
+  flush(): Buffer | undefined;
 }
 
 export type ForwardResult = { outcome: "done"; status: number } | { outcome: "preempted" };
@@ -133,19 +142,20 @@ export async function forward(options: ForwardOptions): Promise<ForwardResult> {
     body.destroy();
     return { outcome: "preempted" };
   }
-  res.writeHead(upstream.statusCode, responseHeaders(upstream.headers, options.extraHeaders));
-  if (first.done) {
-    res.end();
-    return { outcome: "done", status: upstream.statusCode };
+  const contentType = upstream.headers["content-type"];
+  const transform = options.observe?.(Array.isArray(contentType) ? contentType[0] : contentType);
+  const headers = responseHeaders(upstream.headers, options.extraHeaders);
+  // A transform may change the length: let Node frame the body instead.
+  if (transform?.changesLength) delete headers["content-length"];
+  res.writeHead(upstream.statusCode, headers);
+  let next = first;
+  while (!next.done) {
+    const out = transform ? transform.transform(next.value) : next.value;
+    if (out.length > 0 && !res.write(out)) await drained(res);
+    next = await chunks.next();
   }
-  options.onChunk?.(first.value);
-  if (!res.write(first.value)) await drained(res);
-  for (;;) {
-    const next = await chunks.next();
-    if (next.done) break;
-    options.onChunk?.(next.value);
-    if (!res.write(next.value)) await drained(res);
-  }
+  const tail = transform?.flush();
+  if (tail !== undefined && tail.length > 0) res.write(tail);
   res.end();
   return { outcome: "done", status: upstream.statusCode };
 }

@@ -4,15 +4,21 @@
  */
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from "node:http";
 import type { AddressInfo } from "node:net";
+import { BudgetBook, type BudgetHold } from "../core/budgets.js";
+import type { TenantPolicy } from "../core/config.js";
 import { AdmissionError } from "../core/errors.js";
+import { Permit } from "../core/inflight.js";
 import { createMetrics, type SluiceMetrics } from "../metrics/index.js";
-import { type Admission, type AdmissionTicket, createAdmission } from "./admission.js";
+import { type AdminServer, startAdminServer } from "./admin.js";
+import { type Admission, type AdmissionTicket, createAdmission, loadSchedulerFile } from "./admission.js";
 import { readBody } from "./body.js";
 import { estimateRequest } from "./cost.js";
 import { GatewayError, sendError, specFromError } from "./http-errors.js";
 import type { GatewayOptions } from "./options.js";
 import { forward, upstreamFailure } from "./proxy.js";
+import { TenantActivity } from "./tenant-activity.js";
 import { TenantResolver } from "./tenants.js";
+import { UsageReader, withUsageRequested } from "./usage.js";
 import { WorkerPool } from "./workers.js";
 
 export interface Gateway {
@@ -21,6 +27,11 @@ export interface Gateway {
   readonly admission: Admission;
   readonly workers: WorkerPool;
   readonly metrics: SluiceMetrics;
+  readonly budgets: BudgetBook;
+  /** The admin listener, when `options.admin` was given. */
+  readonly adminServer: AdminServer | undefined;
+  /** Re-reads the policy files; a bad file throws and the running policy stays in force. */
+  reload(): Promise<{ tenantPolicies: number }>;
   close(): Promise<void>;
 }
 
@@ -28,7 +39,8 @@ const PRIORITY_HEADER = "x-smg-priority";
 
 export async function startGateway(options: GatewayOptions): Promise<Gateway> {
   const { logger } = options;
-  const tenants = new TenantResolver(options);
+  let tenants = new TenantResolver(options);
+  const activity = new TenantActivity();
   const metrics = createMetrics({ tenantMetricTopN: options.priorityScheduler.tenantMetricTopN });
   const fallbackCapacity =
     options.legacy.maxConcurrentRequests > 0 ? options.legacy.maxConcurrentRequests : 1024;
@@ -56,6 +68,26 @@ export async function startGateway(options: GatewayOptions): Promise<Gateway> {
   });
   const active = admission;
   workers.start();
+
+  // Tenant limits come from the same YAML as the scheduler's tenant policies; they apply in both
+  // admission modes. A file the scheduler rejected was already logged; budgets then start empty.
+  let policies: ReadonlyMap<string, TenantPolicy> = new Map();
+  if (options.priorityScheduler.configPath !== undefined) {
+    policies = await loadSchedulerFile(options.priorityScheduler.configPath).then(
+      (file) => file.tenantPolicies,
+      () => new Map(),
+    );
+  }
+  const budgets = new BudgetBook({
+    policies,
+    pricing: options.pricing ?? {},
+    ...(options.clock ? { clock: options.clock } : {}),
+  });
+  metrics.bindBudgetRemaining(() =>
+    budgets
+      .tenants()
+      .map((t) => [t, budgets.remaining(t) as Record<string, number>] as [string, Record<string, number>]),
+  );
   metrics.bindScheduler(() => active.scheduler?.snapshot());
   metrics.bindCapacity(() => workers.capacity);
   metrics.bindAdmissionMode(() => active.mode);
@@ -87,17 +119,46 @@ export async function startGateway(options: GatewayOptions): Promise<Gateway> {
     res.on("close", onClose);
 
     let ticket: AdmissionTicket | undefined;
+    let hold: BudgetHold | undefined;
+    let served = false;
+    let tenant = "anonymous";
     try {
-      const tenant = tenants.resolve(req.headers);
+      tenant = tenants.resolve(req.headers);
       const body = await readBody(req, options.maxPayloadSize);
       const estimate = estimateRequest(body, req.headers["content-type"]);
+      if (budgets.governs(tenant)) {
+        const verdict = budgets.check(tenant, estimate.model, {
+          inputTokens: estimate.promptTokens,
+          outputTokens: estimate.maxOutputTokens,
+        });
+        if (!verdict.ok) {
+          metrics.countBudgetRejection(tenant, verdict.code);
+          throw new GatewayError(
+            verdict.status,
+            verdict.code,
+            verdict.message,
+            verdict.retryAfterSecs !== undefined
+              ? { "retry-after": String(verdict.retryAfterSecs) }
+              : undefined,
+          );
+        }
+        hold = verdict;
+      }
       const priority = req.headers[PRIORITY_HEADER];
-      ticket = await active.acquire({
-        priority: Array.isArray(priority) ? priority[0] : priority,
-        tenant,
-        cost: estimate.cost,
-        signal: abort.signal,
-      });
+      activity.queued(tenant, 1);
+      try {
+        ticket = await active.acquire({
+          priority: Array.isArray(priority) ? priority[0] : priority,
+          tenant,
+          cost: estimate.cost,
+          signal: abort.signal,
+        });
+      } finally {
+        activity.queued(tenant, -1);
+      }
+      activity.inflight(tenant, 1);
+      const upstreamBody = withUsageRequested(url, body, estimate.json);
+      let reader: UsageReader | undefined;
       const worker = workers.pick();
       if (worker === undefined) {
         throw new GatewayError(503, "no_healthy_workers", "no healthy worker is available", {
@@ -114,7 +175,7 @@ export async function startGateway(options: GatewayOptions): Promise<Gateway> {
         const result = await forward({
           req,
           res,
-          body,
+          body: upstreamBody.body,
           worker,
           signal: abort.signal,
           timeoutMs,
@@ -123,9 +184,25 @@ export async function startGateway(options: GatewayOptions): Promise<Gateway> {
             "x-sluice-admission": ticket.admission,
             "x-sluice-queue-wait-ms": String(Math.round(ticket.queueWaitMs)),
           },
+          observe: (contentType) => {
+            reader = new UsageReader(contentType, upstreamBody.strip);
+            return reader;
+          },
         });
         if (result.outcome === "preempted") throw preemptedError(ticket);
+        served = true;
         metrics.httpRequests.inc({ status: String(result.status) });
+        const usage = reader?.usage;
+        if (hold !== undefined) budgets.settle(hold, usage);
+        metrics.countTenantTokens(
+          tenant,
+          usage?.inputTokens ?? estimate.promptTokens,
+          usage?.outputTokens ?? estimate.maxOutputTokens,
+        );
+        // Correct the tenant's fair-queue flow by what the request really cost.
+        if (usage !== undefined && ticket instanceof Permit) {
+          active.scheduler?.adjustCost(ticket, usage.inputTokens + usage.outputTokens);
+        }
       } catch (err) {
         if (preempted && !res.headersSent) throw preemptedError(ticket);
         if (err instanceof GatewayError || err instanceof AdmissionError) throw err;
@@ -154,7 +231,16 @@ export async function startGateway(options: GatewayOptions): Promise<Gateway> {
       sendError(res, spec);
     } finally {
       res.off("close", onClose);
-      ticket?.release();
+      if (ticket !== undefined) {
+        ticket.release();
+        activity.inflight(tenant, -1);
+      }
+      // Never served (rejected, preempted, failed before the first byte): the hold goes back.
+      // Served but cut short: the worker did the work, so the estimate stands.
+      if (hold !== undefined) {
+        if (served || res.headersSent) budgets.settle(hold, undefined);
+        else budgets.refund(hold);
+      }
     }
   }
 
@@ -191,13 +277,74 @@ export async function startGateway(options: GatewayOptions): Promise<Gateway> {
     "sluice gateway listening",
   );
 
+  async function reload(): Promise<{ tenantPolicies: number }> {
+    // Parse everything first; apply only when every file is valid, so a bad file changes nothing.
+    const file = await loadSchedulerFile(options.priorityScheduler.configPath);
+    const gatewayFile = options.reloadGatewayConfig?.();
+    const resolver = gatewayFile ? new TenantResolver({ ...options, apiKeys: gatewayFile.apiKeys }) : tenants;
+    active.scheduler?.setTenantPolicies(file.tenantPolicies, options.priorityScheduler.defaultMaxClass);
+    budgets.setPolicies(file.tenantPolicies, gatewayFile?.pricing ?? options.pricing ?? {});
+    tenants = resolver;
+    logger.info({ tenantPolicies: file.tenantPolicies.size }, "policy reloaded");
+    return { tenantPolicies: file.tenantPolicies.size };
+  }
+
+  function status() {
+    const snapshot = active.scheduler?.snapshot();
+    const perTenant: Record<string, unknown> = {};
+    const counts = activity.snapshot();
+    for (const t of new Set([...counts.keys(), ...budgets.tenants()])) {
+      const c = counts.get(t) ?? { inflight: 0, queued: 0 };
+      perTenant[t] = { ...c, budget_remaining: budgets.remaining(t) };
+    }
+    return {
+      admission_mode: active.mode,
+      fallback_reason: active.fallbackReason ?? null,
+      capacity: workers.capacity,
+      discovered_capacity: workers.discoveredCapacity,
+      pinned_capacity: workers.pinnedCapacity ?? null,
+      healthy_workers: workers.healthyCount,
+      workers: workers.workers.map((w) => ({
+        url: w.url,
+        healthy: w.healthy,
+        capacity: w.capacity,
+        inflight: w.inflight,
+      })),
+      inflight: snapshot?.inflight ?? active.legacy?.inflight ?? 0,
+      queued: snapshot?.queued ?? active.legacy?.queued ?? 0,
+      classes: snapshot?.classes ?? null,
+      tenants: perTenant,
+    };
+  }
+
+  let adminServer: AdminServer | undefined;
+  if (options.admin !== undefined) {
+    adminServer = await startAdminServer({
+      ...options.admin,
+      handlers: {
+        pinCapacity(capacity) {
+          workers.pinCapacity(capacity);
+          logger.info({ pinned: capacity ?? null, capacity: workers.capacity }, "capacity set by admin API");
+          return { capacity: workers.capacity, pinned: workers.pinnedCapacity };
+        },
+        status,
+        reload,
+      },
+    });
+    logger.info({ url: adminServer.url }, "admin API listening");
+  }
+
   return {
     url: `http://${host}:${port}`,
     port,
     admission: active,
     workers,
     metrics,
+    budgets,
+    adminServer,
+    reload,
     async close() {
+      await adminServer?.close();
       await new Promise<void>((resolve) => {
         server.close(() => resolve());
         server.closeAllConnections();

@@ -84,6 +84,7 @@ export class WorkerPool {
   private rr = 0;
   private timer: NodeJS.Timeout | undefined;
   private lastCapacity = -1;
+  private pinned: number | undefined;
   private probing = false;
   private closed = false;
 
@@ -105,7 +106,22 @@ export class WorkerPool {
     this.timer.unref();
   }
 
+  /** Capacity in force: the pinned value (admin API) or the discovered one. */
   get capacity(): number {
+    return this.pinned ?? this.discoveredCapacity;
+  }
+
+  get pinnedCapacity(): number | undefined {
+    return this.pinned;
+  }
+
+  /** Pins capacity (undefined = back to discovery); applies at once. */
+  pinCapacity(capacity: number | undefined): void {
+    this.pinned = capacity;
+    this.refresh();
+  }
+
+  get discoveredCapacity(): number {
     if (this.healthy.length === 0) return this.options.fallbackCapacity;
     let sum = 0;
     for (const w of this.healthy) sum += w.capacity;

@@ -56,6 +56,9 @@ export const GATEWAY_METRIC_NAMES = {
   capacity: "sluice_capacity",
   admissionMode: "sluice_admission_mode",
   workersHealthy: "sluice_workers_healthy",
+  tenantTokens: "sluice_tenant_tokens_total",
+  budgetRejections: "sluice_budget_rejections_total",
+  budgetRemaining: "sluice_budget_remaining",
 } as const;
 
 export interface MetricsOptions {
@@ -91,6 +94,12 @@ export interface SluiceMetrics {
   readonly httpRequests: Counter<"status">;
   /** `sluice_upstream_errors_total{kind}`, kind one of UPSTREAM_ERROR_KINDS. */
   readonly upstreamErrors: Counter<"kind">;
+  /** Counts settled tokens (`direction` input|output) under the tenant's top-N label. */
+  countTenantTokens(tenant: string, input: number, output: number): void;
+  /** Counts a budget rejection (`reason` = its error code) under the tenant's top-N label. */
+  countBudgetRejection(tenant: string, reason: string): void;
+  /** What is left of each tenant's budgets, read at scrape time (`budget` = the policy key). */
+  bindBudgetRemaining(getRemaining: (() => Iterable<[string, Record<string, number>]>) | undefined): void;
 }
 
 /** Ordered pairs (victim, by) with victim strictly below by: the only preemptions that can happen. */
@@ -112,6 +121,7 @@ export function createMetrics(options: MetricsOptions = {}): SluiceMetrics {
   let getCapacity: (() => number) | undefined;
   let getMode: (() => AdmissionMode) | undefined;
   let getHealthy: (() => number) | undefined;
+  let getRemaining: (() => Iterable<[string, Record<string, number>]>) | undefined;
 
   // --- scheduler counters and histogram ------------------------------------------------------
 
@@ -268,6 +278,56 @@ export function createMetrics(options: MetricsOptions = {}): SluiceMetrics {
     },
   });
 
+  // --- tenant accounting ---------------------------------------------------------------------
+
+  const tenantTokens = new Counter({
+    name: GATEWAY_METRIC_NAMES.tenantTokens,
+    help: "Tokens used by tenant as settled from worker usage (estimate when none came), by direction.",
+    labelNames: ["tenant", "direction"] as const,
+    registers,
+  });
+  const budgetRejections = new Counter({
+    name: GATEWAY_METRIC_NAMES.budgetRejections,
+    help: "Requests rejected by a tenant limit, by reason (tenant_inactive, model_not_allowed, ...).",
+    labelNames: ["tenant", "reason"] as const,
+    registers,
+  });
+  new Gauge({
+    name: GATEWAY_METRIC_NAMES.budgetRemaining,
+    help: "What is left of each tenant budget in the current period (tokens_per_minute, budget_tokens, budget_cost_usd).",
+    labelNames: ["tenant", "budget"] as const,
+    registers,
+    collect() {
+      this.reset();
+      if (getRemaining === undefined) return;
+      // Tenants outside the top N are summed under `other`.
+      const sums = new Map<string, number>();
+      for (const [tenant, budgets] of getRemaining()) {
+        const label = tenants.label(tenant);
+        for (const [budget, value] of Object.entries(budgets)) {
+          const key = `${label}\u0000${budget}`;
+          sums.set(key, (sums.get(key) ?? 0) + value);
+        }
+      }
+      for (const [key, value] of sums) {
+        const [tenant, budget] = key.split("\u0000") as [string, string];
+        this.set({ tenant, budget }, value);
+      }
+    },
+  });
+  tenants.onDemote((tenant) => {
+    tenantTokens.remove({ tenant, direction: "input" });
+    tenantTokens.remove({ tenant, direction: "output" });
+    for (const reason of [
+      "tenant_inactive",
+      "model_not_allowed",
+      "tenant_budget_exhausted",
+      "token_budget_exceeded",
+    ]) {
+      budgetRejections.remove({ tenant, reason });
+    }
+  });
+
   if (options.collectProcessMetrics ?? true) collectDefaultMetrics({ register: registry });
 
   return {
@@ -291,5 +351,17 @@ export function createMetrics(options: MetricsOptions = {}): SluiceMetrics {
     metricsText: () => registry.metrics(),
     httpRequests,
     upstreamErrors,
+    countTenantTokens(tenant, input, output) {
+      const label = tenants.label(tenant);
+      if (input > 0) tenantTokens.inc({ tenant: label, direction: "input" }, input);
+      if (output > 0) tenantTokens.inc({ tenant: label, direction: "output" }, output);
+    },
+    countBudgetRejection(tenant, reason) {
+      tenants.record(tenant);
+      budgetRejections.inc({ tenant: tenants.label(tenant), reason });
+    },
+    bindBudgetRemaining(fn) {
+      getRemaining = fn;
+    },
   };
 }

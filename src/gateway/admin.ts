@@ -1,0 +1,111 @@
+/**
+ * The admin API, on its own listener (`--admin-port`, off by default) so clients of the data plane
+ * can never reach it. Every call needs `Authorization: Bearer <token>`, compared in constant time.
+ *
+ *   PUT    /api/v1/capacity {"max_in_flight": N}   pin capacity live
+ *   DELETE /api/v1/capacity                        back to discovered capacity
+ *   GET    /api/v1/status                          per-class and per-tenant snapshot
+ *   POST   /api/v1/reload                          re-read the policy files (also on SIGHUP)
+ */
+import { createHash, timingSafeEqual } from "node:crypto";
+import { createServer, type IncomingMessage, type Server, type ServerResponse } from "node:http";
+import type { AddressInfo } from "node:net";
+import { readBody } from "./body.js";
+import { GatewayError, sendError, specFromError } from "./http-errors.js";
+
+export interface AdminHandlers {
+  pinCapacity(capacity: number | undefined): { capacity: number; pinned: number | undefined };
+  status(): unknown;
+  reload(): Promise<unknown>;
+}
+
+export interface AdminServer {
+  readonly url: string;
+  readonly port: number;
+  close(): Promise<void>;
+}
+
+function digest(text: string): Buffer {
+  return createHash("sha256").update(text).digest();
+}
+
+function sendJson(res: ServerResponse, status: number, value: unknown): void {
+  const body = JSON.stringify(value);
+  res.writeHead(status, { "content-type": "application/json", "content-length": Buffer.byteLength(body) });
+  res.end(body);
+}
+
+export async function startAdminServer(options: {
+  host: string;
+  port: number;
+  token: string;
+  handlers: AdminHandlers;
+}): Promise<AdminServer> {
+  // Comparing fixed-length digests keeps the comparison constant-time whatever the token length.
+  const expected = digest(options.token);
+  const authorized = (req: IncomingMessage) => {
+    const m = /^Bearer\s+(.+)$/i.exec(req.headers.authorization?.trim() ?? "");
+    return m !== null && timingSafeEqual(digest(m[1]!), expected);
+  };
+
+  async function handle(req: IncomingMessage, res: ServerResponse): Promise<void> {
+    try {
+      if (!authorized(req)) {
+        req.resume();
+        throw new GatewayError(
+          401,
+          "invalid_admin_token",
+          "the admin API needs Authorization: Bearer <admin token>",
+        );
+      }
+      const path = (req.url ?? "/").split("?")[0];
+      if (path === "/api/v1/capacity" && req.method === "PUT") {
+        const body = await readBody(req, 64 * 1024);
+        let doc: unknown;
+        try {
+          doc = JSON.parse(body.toString("utf8"));
+        } catch {
+          throw new GatewayError(400, "invalid_json", 'the body must be JSON: {"max_in_flight": N}');
+        }
+        const n = (doc as { max_in_flight?: unknown } | null)?.max_in_flight;
+        if (typeof n !== "number" || !Number.isInteger(n) || n < 0) {
+          throw new GatewayError(400, "invalid_capacity", "max_in_flight must be an integer >= 0");
+        }
+        return sendJson(res, 200, options.handlers.pinCapacity(n));
+      }
+      if (path === "/api/v1/capacity" && req.method === "DELETE") {
+        req.resume();
+        return sendJson(res, 200, options.handlers.pinCapacity(undefined));
+      }
+      if (path === "/api/v1/status" && req.method === "GET")
+        return sendJson(res, 200, options.handlers.status());
+      if (path === "/api/v1/reload" && req.method === "POST") {
+        req.resume();
+        return sendJson(res, 200, await options.handlers.reload());
+      }
+      req.resume();
+      throw new GatewayError(404, "not_found", `no admin route ${req.method} ${path}`);
+    } catch (err) {
+      sendError(res, specFromError(err));
+    }
+  }
+
+  const server: Server = createServer((req, res) => void handle(req, res));
+  await new Promise<void>((resolve, reject) => {
+    server.once("error", reject);
+    server.listen(options.port, options.host, () => {
+      server.off("error", reject);
+      resolve();
+    });
+  });
+  const port = (server.address() as AddressInfo).port;
+  return {
+    url: `http://${options.host.includes(":") ? `[${options.host}]` : options.host}:${port}`,
+    port,
+    close: () =>
+      new Promise<void>((resolve) => {
+        server.close(() => resolve());
+        server.closeAllConnections();
+      }),
+  };
+}
