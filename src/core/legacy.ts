@@ -159,6 +159,7 @@ export class LegacyLimiter {
       this.waiters.push(waiter);
       this.waiting++;
       this.arm(waiter.enqueuedAt + this.queueTimeoutMs);
+      this.armRefill();
     });
   }
 
@@ -220,15 +221,15 @@ export class LegacyLimiter {
       w.resolve(this.start(this.clock.now() - w.enqueuedAt, "queued"));
     }
     this.compact();
-    // Waiting on the rate alone: wake up when the next token is due.
-    const w = this.nextWaiter();
-    if (
-      w !== undefined &&
-      this.rate !== undefined &&
-      (this.maxConcurrent === -1 || this.running < this.maxConcurrent)
-    ) {
-      this.arm(this.clock.now() + Math.max(1, ((1 - this.tokens) / this.rate) * 1000));
-    }
+    this.armRefill();
+  }
+
+  /** Waiting on the rate alone: wake up when the next token is due (also right after queuing). */
+  private armRefill(): void {
+    if (this.rate === undefined || this.nextWaiter() === undefined) return;
+    if (this.maxConcurrent !== -1 && this.running >= this.maxConcurrent) return;
+    this.refill();
+    this.arm(this.clock.now() + Math.max(1, ((1 - this.tokens) / this.rate) * 1000));
   }
 
   private cancel(waiter: LegacyWaiter): void {

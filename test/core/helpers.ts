@@ -1,0 +1,58 @@
+/** Shared helpers for the core tests: deterministic flushing, promise tracking, config shortcuts. */
+import type { AdmissionError, ClassOverrides, ClassSettings, PriorityClass } from "../../src/index.js";
+
+/** Lets every pending microtask (and promise reaction chain) run, without touching the clock. */
+export function flush(): Promise<void> {
+  return new Promise<void>((resolve) => setImmediate(resolve));
+}
+
+export interface Tracked<T> {
+  readonly promise: Promise<T>;
+  state: "pending" | "resolved" | "rejected";
+  value: T | undefined;
+  error: unknown;
+  /** How many times a settle callback ran (must end at exactly 1). */
+  settles: number;
+}
+
+/** Follows a promise's outcome synchronously-readable after a flush. */
+export function track<T>(promise: Promise<T>): Tracked<T> {
+  const t: Tracked<T> = { promise, state: "pending", value: undefined, error: undefined, settles: 0 };
+  promise.then(
+    (value) => {
+      t.settles++;
+      t.state = "resolved";
+      t.value = value;
+    },
+    (error: unknown) => {
+      t.settles++;
+      t.state = "rejected";
+      t.error = error;
+    },
+  );
+  return t;
+}
+
+/** The resolved value of a tracked promise; fails the test when it is not resolved. */
+export function permitOf<T>(t: Tracked<T>): T {
+  if (t.state !== "resolved") throw new Error(`expected a resolved promise, state is ${t.state}`);
+  return t.value as T;
+}
+
+/** The rejection of a tracked promise, as an AdmissionError-shaped object. */
+export function errorOf(t: Tracked<unknown>): AdmissionError {
+  if (t.state !== "rejected") throw new Error(`expected a rejected promise, state is ${t.state}`);
+  return t.error as AdmissionError;
+}
+
+/** Every class with no reservation at all (a present block without reserved_per_slot means 0.0). */
+export function noReservations(
+  extra: Partial<Record<PriorityClass, Partial<ClassSettings>>> = {},
+): ClassOverrides {
+  return {
+    system: { reserved_floor: 0, ...extra.system },
+    interactive: { reserved_floor: 0, ...extra.interactive },
+    default: { reserved_floor: 0, ...extra.default },
+    bulk: { reserved_floor: 0, ...extra.bulk },
+  };
+}
