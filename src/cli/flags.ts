@@ -235,6 +235,23 @@ export const FLAG_SPECS: FlagSpec[] = [
     default: "info",
   },
   {
+    flags: "--admin-port <port>",
+    key: "admin_port",
+    description: "admin API port (off unless given); token from --admin-token-file or SLUICE_ADMIN_TOKEN",
+    parse: intArg(0),
+  },
+  {
+    flags: "--admin-host <host>",
+    key: "admin_host",
+    description: "address the admin API listens on",
+    default: "127.0.0.1",
+  },
+  {
+    flags: "--admin-token-file <path>",
+    key: "admin_token_file",
+    description: "file holding the admin API bearer token (else SLUICE_ADMIN_TOKEN)",
+  },
+  {
     flags: "--config <path>",
     key: "config",
     description:

@@ -6,7 +6,7 @@ import { createServer, type IncomingMessage, type Server, type ServerResponse } 
 import type { AddressInfo } from "node:net";
 import { BudgetBook, type BudgetHold } from "../core/budgets.js";
 import type { TenantPolicy } from "../core/config.js";
-import { AdmissionError } from "../core/errors.js";
+import { AdmissionError, ConfigError } from "../core/errors.js";
 import { Permit } from "../core/inflight.js";
 import { createMetrics, type SluiceMetrics } from "../metrics/index.js";
 import { type AdminServer, startAdminServer } from "./admin.js";
@@ -55,17 +55,23 @@ export async function startGateway(options: GatewayOptions): Promise<Gateway> {
     onCapacityChange: (capacity) => admission?.setCapacity(capacity),
   });
   // The admission mode is decided after the first discovery, on the capacity it found.
-  await workers.discover();
-  admission = await createAdmission({
-    enabled: options.priorityScheduler.enabled,
-    defaultMaxClass: options.priorityScheduler.defaultMaxClass,
-    configPath: options.priorityScheduler.configPath,
-    capacity: workers.capacity,
-    legacy: options.legacy,
-    observer: metrics.observer,
-    clock: options.clock,
-    logger,
-  });
+  try {
+    await workers.discover();
+    admission = await createAdmission({
+      enabled: options.priorityScheduler.enabled,
+      defaultMaxClass: options.priorityScheduler.defaultMaxClass,
+      configPath: options.priorityScheduler.configPath,
+      capacity: workers.capacity,
+      legacy: options.legacy,
+      observer: metrics.observer,
+      clock: options.clock,
+      logger,
+    });
+  } catch (err) {
+    // A start that fails must not leave the worker pools behind.
+    await workers.close();
+    throw err;
+  }
   const active = admission;
   workers.start();
 
@@ -121,6 +127,8 @@ export async function startGateway(options: GatewayOptions): Promise<Gateway> {
     let ticket: AdmissionTicket | undefined;
     let hold: BudgetHold | undefined;
     let served = false;
+    // The worker's answer started reaching the client (then an error cuts the stream, and the work was done).
+    let answered = false;
     let tenant = "anonymous";
     try {
       tenant = tenants.resolve(req.headers);
@@ -219,6 +227,8 @@ export async function startGateway(options: GatewayOptions): Promise<Gateway> {
         worker.inflight--;
       }
     } catch (err) {
+      // Read before sendError below writes the gateway's own error answer (which sets headersSent).
+      answered = res.headersSent;
       const spec = specFromError(err);
       metrics.httpRequests.inc({ status: String(spec.status) });
       if (spec.status === 499 || res.destroyed) {
@@ -238,7 +248,7 @@ export async function startGateway(options: GatewayOptions): Promise<Gateway> {
       // Never served (rejected, preempted, failed before the first byte): the hold goes back.
       // Served but cut short: the worker did the work, so the estimate stands.
       if (hold !== undefined) {
-        if (served || res.headersSent) budgets.settle(hold, undefined);
+        if (served || answered) budgets.settle(hold, undefined);
         else budgets.refund(hold);
       }
     }
@@ -263,13 +273,19 @@ export async function startGateway(options: GatewayOptions): Promise<Gateway> {
   const server: Server = createServer({ keepAliveTimeout: 65_000, requestTimeout: 0 }, (req, res) => {
     void handle(req, res);
   });
-  await new Promise<void>((resolve, reject) => {
-    server.once("error", reject);
-    server.listen(options.port, options.host, () => {
-      server.off("error", reject);
-      resolve();
+  try {
+    await new Promise<void>((resolve, reject) => {
+      server.once("error", reject);
+      server.listen(options.port, options.host, () => {
+        server.off("error", reject);
+        resolve();
+      });
     });
-  });
+  } catch (err) {
+    // Listening failed (port in use, bad host): stop the health checks, close the worker pools.
+    await workers.close();
+    throw err;
+  }
   const port = (server.address() as AddressInfo).port;
   const host = options.host.includes(":") ? `[${options.host}]` : options.host;
   logger.info(
@@ -279,7 +295,13 @@ export async function startGateway(options: GatewayOptions): Promise<Gateway> {
 
   async function reload(): Promise<{ tenantPolicies: number }> {
     // Parse everything first; apply only when every file is valid, so a bad file changes nothing.
-    const file = await loadSchedulerFile(options.priorityScheduler.configPath);
+    const configPath = options.priorityScheduler.configPath;
+    const file = await loadSchedulerFile(configPath).catch((err: unknown) => {
+      if (err instanceof ConfigError) throw err;
+      // A missing or unreadable file is a bad file too: 400 invalid_config naming it, not a 500.
+      const reason = (err as NodeJS.ErrnoException).code ?? (err as Error).message;
+      throw new ConfigError("priority_scheduler_config", `cannot read ${configPath}: ${reason}`);
+    });
     const gatewayFile = options.reloadGatewayConfig?.();
     const resolver = gatewayFile ? new TenantResolver({ ...options, apiKeys: gatewayFile.apiKeys }) : tenants;
     active.scheduler?.setTenantPolicies(file.tenantPolicies, options.priorityScheduler.defaultMaxClass);
@@ -319,18 +341,31 @@ export async function startGateway(options: GatewayOptions): Promise<Gateway> {
 
   let adminServer: AdminServer | undefined;
   if (options.admin !== undefined) {
-    adminServer = await startAdminServer({
-      ...options.admin,
-      handlers: {
-        pinCapacity(capacity) {
-          workers.pinCapacity(capacity);
-          logger.info({ pinned: capacity ?? null, capacity: workers.capacity }, "capacity set by admin API");
-          return { capacity: workers.capacity, pinned: workers.pinnedCapacity };
+    try {
+      adminServer = await startAdminServer({
+        ...options.admin,
+        handlers: {
+          pinCapacity(capacity) {
+            workers.pinCapacity(capacity);
+            logger.info(
+              { pinned: capacity ?? null, capacity: workers.capacity },
+              "capacity set by admin API",
+            );
+            return { capacity: workers.capacity, pinned: workers.pinnedCapacity };
+          },
+          status,
+          reload,
         },
-        status,
-        reload,
-      },
-    });
+      });
+    } catch (err) {
+      // The admin listener failed: close the data-plane listener and the worker pools too.
+      await new Promise<void>((resolve) => {
+        server.close(() => resolve());
+        server.closeAllConnections();
+      });
+      await workers.close();
+      throw err;
+    }
     logger.info({ url: adminServer.url }, "admin API listening");
   }
 

@@ -61,6 +61,10 @@ export class TenantResolver {
       if (v !== undefined && v.trim() !== "") return `header:${v.trim()}`;
     }
     if (this.requireAuth) {
+      // A key was presented but matched none (also when no keys are configured): invalid, not missing.
+      if (auth !== undefined && auth.trim() !== "") {
+        throw new GatewayError(401, "invalid_api_key", "the API key is not valid");
+      }
       throw new GatewayError(
         401,
         "missing_api_key",

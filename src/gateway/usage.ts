@@ -4,6 +4,7 @@
  * for usage, the gateway asks for it (`stream_options.include_usage`) and strips that extra chunk
  * from what the client sees.
  */
+import { StringDecoder } from "node:string_decoder";
 import type { Usage } from "../core/budgets.js";
 
 const USAGE_PATHS = ["/v1/chat/completions", "/v1/completions"];
@@ -28,6 +29,13 @@ export function withUsageRequested(
   if (json === undefined || json.stream !== true || !USAGE_PATHS.includes(pathOnly(url)))
     return { body, strip: false };
   const options = json.stream_options;
+  if (options === undefined) {
+    // Insert the key after the opening brace: every byte the client sent reaches the worker as sent
+    // (re-serialising would reformat numbers, e.g. a 20-digit seed would lose its precision).
+    const open = body.indexOf(0x7b); // "{": the first non-blank byte, since the body parsed as an object
+    const key = Buffer.from('"stream_options":{"include_usage":true},');
+    return { body: Buffer.concat([body.subarray(0, open + 1), key, body.subarray(open + 1)]), strip: true };
+  }
   if (
     options !== null &&
     typeof options === "object" &&
@@ -68,6 +76,8 @@ export class UsageReader {
   private json: Buffer[] = [];
   private jsonBytes = 0;
   private pending = "";
+  // Decodes across chunk boundaries: a multi-byte character split between two chunks stays whole.
+  private readonly decoder = new StringDecoder("utf8");
 
   constructor(contentType: string | undefined, strip: boolean) {
     this.sse = contentType?.includes("text/event-stream") ?? false;
@@ -91,10 +101,10 @@ export class UsageReader {
     }
     if (!this.strip) {
       // Pass bytes through untouched; scan only complete events for usage.
-      this.scan(chunk.toString("utf8"), false);
+      this.scan(this.decoder.write(chunk), false);
       return chunk;
     }
-    return Buffer.from(this.scan(chunk.toString("utf8"), true));
+    return Buffer.from(this.scan(this.decoder.write(chunk), true));
   }
 
   /** End of body: returns any held-back bytes. */
@@ -110,10 +120,10 @@ export class UsageReader {
       this.json = [];
       return undefined;
     }
-    const rest = this.pending;
+    const rest = this.pending + this.decoder.end();
     this.pending = "";
     if (rest === "") return undefined;
-    const kept = this.keepEvent(rest) ? rest : "";
+    const kept = this.keepEvent(rest) ? withoutNullUsage(rest, this.strip) : "";
     return this.strip && kept !== "" ? Buffer.from(kept) : undefined;
   }
 
@@ -127,7 +137,7 @@ export class UsageReader {
       const sep = this.pending.startsWith("\r\n", end) ? 4 : 2;
       const event = this.pending.slice(0, end + sep);
       this.pending = this.pending.slice(end + sep);
-      if (this.keepEvent(event) && rewrite) out += event;
+      if (this.keepEvent(event) && rewrite) out += withoutNullUsage(event, this.strip);
     }
     if (!rewrite && this.pending.length > 1 << 20) this.pending = ""; // not SSE after all: stop buffering
     return out;
@@ -154,4 +164,13 @@ export class UsageReader {
     }
     return true;
   }
+}
+
+/**
+ * With usage requested for the client, workers add `"usage":null` to every chunk (as OpenAI does);
+ * drop it again when it is the last key of a data line's top-level object, the form servers emit.
+ */
+function withoutNullUsage(event: string, strip: boolean): string {
+  if (!strip || !event.includes('"usage"')) return event;
+  return event.replace(/,\s*"usage"\s*:\s*null\s*}(\s*)$/gm, "}$1");
 }

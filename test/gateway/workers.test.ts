@@ -1,0 +1,87 @@
+/**
+ * Workers and capacity: health checks take a worker out and put it back with capacity following
+ * live; a worker that reports no capacity counts 64; a configured per-worker capacity wins.
+ */
+import assert from "node:assert/strict";
+import { describe, test } from "node:test";
+import { assertOk, LEVEL_WARN, metric, smallSchedulerYaml, startFleet, waitFor } from "./helpers.js";
+
+const RESERVING_YAML = smallSchedulerYaml({
+  classes: { system: { reserved_floor: 1 }, interactive: { reserved_floor: 1 } },
+});
+
+describe("gateway workers: health and capacity", () => {
+  test("a worker going unhealthy drops capacity live; it comes back when healthy", async (t) => {
+    const fleet = await startFleet(t, {
+      workers: [{ maxRunningRequests: 4 }, { maxRunningRequests: 6 }],
+      schedulerYaml: RESERVING_YAML,
+    });
+    const [w1, w2] = fleet.workers as [(typeof fleet.workers)[0], (typeof fleet.workers)[0]];
+    assert.equal(fleet.snapshot().capacity, 10);
+    assert.equal(fleet.gateway.workers.healthyCount, 2);
+    let s = await fleet.scrape();
+    assert.equal(metric(s, "sluice_capacity"), 10);
+    assert.equal(metric(s, "sluice_workers_healthy"), 2);
+
+    w2.setHealthy(false);
+    await waitFor(() => fleet.snapshot().capacity === 4, "capacity without the second worker");
+    s = await fleet.scrape();
+    assert.equal(metric(s, "sluice_capacity"), 4);
+    assert.equal(metric(s, "sluice_workers_healthy"), 1);
+    assert.equal(fleet.snapshot().classes.system.reserved, 1);
+    assert.equal(fleet.snapshot().classes.interactive.reserved, 1);
+    assert.ok(
+      fleet.logs.some((l) => l.level === LEVEL_WARN && l.msg === "worker unhealthy" && l.worker === w2.url),
+    );
+
+    const before = w2.stats().totalRequests;
+    for (let i = 0; i < 4; i++) assertOk(await fleet.chat());
+    assert.equal(w2.stats().totalRequests, before, "no request goes to the unhealthy worker");
+    assert.equal(w1.stats().totalRequests, 4);
+
+    w2.setHealthy(true);
+    await waitFor(() => fleet.snapshot().capacity === 10, "capacity back with the second worker");
+    s = await fleet.scrape();
+    assert.equal(metric(s, "sluice_capacity"), 10);
+    assert.equal(metric(s, "sluice_workers_healthy"), 2);
+    const ready = JSON.parse((await fleet.send("/readiness")).text);
+    assert.deepEqual(ready, {
+      status: "ready",
+      admission_mode: "scheduler",
+      healthy_workers: 2,
+      capacity: 10,
+    });
+  });
+
+  test("a worker that reports no capacity counts 64; a configured capacity overrides the reported one", async (t) => {
+    const fleet = await startFleet(t, {
+      workers: [{ reportCapacity: false }, { maxRunningRequests: 4 }, { maxRunningRequests: 5 }],
+      workerCapacity: [undefined, 3, undefined],
+      schedulerYaml: RESERVING_YAML,
+    });
+    const [unreported, overridden, reported] = fleet.gateway.workers.workers;
+    assert.equal(unreported!.capacity, 64);
+    assert.equal(overridden!.capacity, 3);
+    assert.equal(reported!.capacity, 5);
+    assert.equal(fleet.snapshot().capacity, 64 + 3 + 5);
+    const s = await fleet.scrape();
+    assert.equal(metric(s, "sluice_capacity"), 72);
+  });
+
+  test("with no healthy worker the capacity falls back to --max-concurrent-requests; readiness 503", async (t) => {
+    const fleet = await startFleet(t, {
+      workers: [{ maxRunningRequests: 4 }],
+      schedulerYaml: RESERVING_YAML,
+      legacy: { maxConcurrentRequests: 50 },
+    });
+    assert.equal(fleet.snapshot().capacity, 4);
+    fleet.workers[0]!.setHealthy(false);
+    await waitFor(() => fleet.snapshot().capacity === 50, "fallback capacity");
+    const ready = await fleet.send("/readiness");
+    assert.equal(ready.status, 503);
+    assert.equal(JSON.parse(ready.text).healthy_workers, 0);
+    fleet.workers[0]!.setHealthy(true);
+    await waitFor(() => fleet.snapshot().capacity === 4, "capacity back");
+    assert.equal((await fleet.send("/readiness")).status, 200);
+  });
+});
