@@ -23,7 +23,7 @@ import {
   type PriorityClass,
   parsePriority,
 } from "./class.js";
-import { type Clock, realClock, type TimerHandle } from "./clock.js";
+import { type Clock, realClock } from "./clock.js";
 import {
   type ClassOverrides,
   type ClassSettingsTable,
@@ -31,6 +31,7 @@ import {
   resolveTenantPolicies,
   type TenantPolicy,
 } from "./config.js";
+import { DeadlineTimer } from "./deadline-timer.js";
 import { ClientCancelledError, ConfigError, QueueFullError, QueueTimeoutError } from "./errors.js";
 import {
   ADMISSION_OUTCOMES,
@@ -189,8 +190,7 @@ class PriorityScheduler implements Scheduler, PermitOwner {
   private defaultTenant: ResolvedTenant;
   private queuedTotal = 0;
   private seq = 0;
-  private timer: TimerHandle | undefined;
-  private timerAt = Number.POSITIVE_INFINITY;
+  private readonly timer: DeadlineTimer;
   private dispatching = false;
   private readonly admissionCounts: number[][] = [];
   private readonly preemptionCounts: number[][] = [];
@@ -201,6 +201,7 @@ class PriorityScheduler implements Scheduler, PermitOwner {
   constructor(options: SchedulerOptions) {
     assertCapacity(options.capacity);
     this.clock = options.clock ?? realClock;
+    this.timer = new DeadlineTimer(this.clock, () => this.onTimer());
     this.observer = options.observer ?? {};
     this.settings = isSettingsTable(options.classes)
       ? options.classes
@@ -391,7 +392,7 @@ class PriorityScheduler implements Scheduler, PermitOwner {
     }
     const starveAt = now + this.starvationMs[rank]!;
     const timeoutAt = now + this.timeoutMs[rank]!;
-    this.armTimer(Math.min(starveAt, timeoutAt));
+    this.timer.arm(Math.min(starveAt, timeoutAt));
     return promise;
   }
 
@@ -487,16 +488,7 @@ class PriorityScheduler implements Scheduler, PermitOwner {
 
   // --- time --------------------------------------------------------------------------------
 
-  private armTimer(at: number): void {
-    if (at >= this.timerAt) return;
-    if (this.timer !== undefined) this.clock.clearTimer(this.timer);
-    this.timerAt = at;
-    this.timer = this.clock.setTimer(() => this.onTimer(), at - this.clock.now());
-  }
-
   private onTimer(): void {
-    this.timer = undefined;
-    this.timerAt = Number.POSITIVE_INFINITY;
     const now = this.clock.now();
     for (let r = 0; r < CLASS_COUNT; r++) {
       const queue = this.queues[r]!;
@@ -525,7 +517,7 @@ class PriorityScheduler implements Scheduler, PermitOwner {
       const starveAt = oldest.enqueuedAt + this.starvationMs[r]!;
       if (starveAt > now && starveAt < next) next = starveAt;
     }
-    if (next !== Number.POSITIVE_INFINITY) this.armTimer(next);
+    if (next !== Number.POSITIVE_INFINITY) this.timer.arm(next);
   }
 
   // --- reporting ---------------------------------------------------------------------------

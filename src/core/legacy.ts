@@ -4,7 +4,8 @@
  * optional token-bucket request rate. Its rejections carry their own codes
  * (`admission_queue_full`, `admission_queue_timeout`) and a Retry-After.
  */
-import { type Clock, realClock, type TimerHandle } from "./clock.js";
+import { type Clock, realClock } from "./clock.js";
+import { DeadlineTimer } from "./deadline-timer.js";
 import { AdmissionError, ClientCancelledError, ConfigError } from "./errors.js";
 
 export interface LegacyLimiterOptions {
@@ -88,8 +89,7 @@ export class LegacyLimiter {
   private waiters: LegacyWaiter[] = [];
   private head = 0;
   private waiting = 0;
-  private timer: TimerHandle | undefined;
-  private timerAt = Number.POSITIVE_INFINITY;
+  private readonly timer: DeadlineTimer;
   private readonly stats = { admitted: 0, rejectedQueueFull: 0, rejectedQueueTimeout: 0, clientCancelled: 0 };
 
   constructor(options: LegacyLimiterOptions) {
@@ -115,6 +115,7 @@ export class LegacyLimiter {
     this.queueTimeoutMs = timeout * 1000;
     this.rate = rate;
     this.clock = options.clock ?? realClock;
+    this.timer = new DeadlineTimer(this.clock, () => this.onTimer());
     this.burst = rate === undefined ? 0 : Math.max(1, max > 0 ? max : Math.ceil(rate));
     this.tokens = this.burst;
     this.refilledAt = this.clock.now();
@@ -158,7 +159,7 @@ export class LegacyLimiter {
       }
       this.waiters.push(waiter);
       this.waiting++;
-      this.arm(waiter.enqueuedAt + this.queueTimeoutMs);
+      this.timer.arm(waiter.enqueuedAt + this.queueTimeoutMs);
       this.armRefill();
     });
   }
@@ -229,7 +230,7 @@ export class LegacyLimiter {
     if (this.rate === undefined || this.nextWaiter() === undefined) return;
     if (this.maxConcurrent !== -1 && this.running >= this.maxConcurrent) return;
     this.refill();
-    this.arm(this.clock.now() + Math.max(1, ((1 - this.tokens) / this.rate) * 1000));
+    this.timer.arm(this.clock.now() + Math.max(1, ((1 - this.tokens) / this.rate) * 1000));
   }
 
   private cancel(waiter: LegacyWaiter): void {
@@ -239,16 +240,7 @@ export class LegacyLimiter {
     waiter.reject(new ClientCancelledError(undefined, "admission_client_cancelled"));
   }
 
-  private arm(at: number): void {
-    if (at >= this.timerAt) return;
-    if (this.timer !== undefined) this.clock.clearTimer(this.timer);
-    this.timerAt = at;
-    this.timer = this.clock.setTimer(() => this.onTimer(), at - this.clock.now());
-  }
-
   private onTimer(): void {
-    this.timer = undefined;
-    this.timerAt = Number.POSITIVE_INFINITY;
     const now = this.clock.now();
     for (
       let w = this.nextWaiter();
@@ -262,7 +254,7 @@ export class LegacyLimiter {
     }
     this.drain();
     const next = this.nextWaiter();
-    if (next !== undefined) this.arm(next.enqueuedAt + this.queueTimeoutMs);
+    if (next !== undefined) this.timer.arm(next.enqueuedAt + this.queueTimeoutMs);
   }
 }
 
