@@ -201,12 +201,19 @@ export async function startGateway(options: GatewayOptions): Promise<Gateway> {
         served = true;
         metrics.httpRequests.inc({ status: String(result.status) });
         const usage = reader?.usage;
-        if (hold !== undefined) budgets.settle(hold, usage);
-        metrics.countTenantTokens(
-          tenant,
-          usage?.inputTokens ?? estimate.promptTokens,
-          usage?.outputTokens ?? estimate.maxOutputTokens,
-        );
+        // A worker failure (5xx) without usage generated nothing: the hold goes back.
+        const workerFailed = result.status >= 500 && usage === undefined;
+        if (hold !== undefined) {
+          if (workerFailed) budgets.refund(hold);
+          else budgets.settle(hold, usage);
+        }
+        if (!workerFailed) {
+          metrics.countTenantTokens(
+            tenant,
+            usage?.inputTokens ?? estimate.promptTokens,
+            usage?.outputTokens ?? estimate.maxOutputTokens,
+          );
+        }
         // Correct the tenant's fair-queue flow by what the request really cost.
         if (usage !== undefined && ticket instanceof Permit) {
           active.scheduler?.adjustCost(ticket, usage.inputTokens + usage.outputTokens);
