@@ -192,6 +192,8 @@ class PriorityScheduler implements Scheduler, PermitOwner {
   private seq = 0;
   private readonly timer: DeadlineTimer;
   private dispatching = false;
+  /** No head can be past its starvation mark before this instant (a lower bound). */
+  private starveCheckAt = Number.POSITIVE_INFINITY;
   private readonly admissionCounts: number[][] = [];
   private readonly preemptionCounts: number[][] = [];
   private readonly promotionCounts: number[] = [0, 0, 0, 0];
@@ -391,6 +393,7 @@ class PriorityScheduler implements Scheduler, PermitOwner {
       signal.addEventListener("abort", waiter.onAbort, { once: true });
     }
     const starveAt = now + this.starvationMs[rank]!;
+    if (starveAt < this.starveCheckAt) this.starveCheckAt = starveAt;
     const timeoutAt = now + this.timeoutMs[rank]!;
     this.timer.arm(Math.min(starveAt, timeoutAt));
     return promise;
@@ -406,10 +409,10 @@ class PriorityScheduler implements Scheduler, PermitOwner {
     waiter.onAbort = undefined;
   }
 
-  private grant(waiter: Waiter, promoted: boolean): void {
+  private grant(waiter: Waiter, promoted: boolean, now: number): void {
     this.detach(waiter);
     this.slots.take(waiter.rank);
-    const waitMs = this.clock.now() - waiter.enqueuedAt;
+    const waitMs = now - waiter.enqueuedAt;
     const permit = new Permit(
       this,
       waiter.rank,
@@ -445,28 +448,31 @@ class PriorityScheduler implements Scheduler, PermitOwner {
 
   /** Admits whatever the rules allow right now. */
   private dispatch(): void {
-    if (this.dispatching) return;
+    if (this.dispatching || this.queuedTotal === 0) return;
     this.dispatching = true;
+    // One clock read per dispatch: the clock is the costliest call on this path.
+    const now = this.clock.now();
+    let granted = false;
     try {
       const slots = this.slots;
       // Starvation pass: the oldest waiter past its class's threshold, capacity still binding.
-      if (this.queuedTotal > 0 && slots.hasFreeSlot()) {
-        const now = this.clock.now();
-        while (slots.hasFreeSlot()) {
+      // Skipped until the earliest head's mark (a lower bound kept up to date on enqueue).
+      if (now >= this.starveCheckAt && slots.hasFreeSlot()) {
+        for (;;) {
           let best: Waiter | null = null;
+          let nextMark = Number.POSITIVE_INFINITY;
           for (let r = 0; r < CLASS_COUNT; r++) {
             const oldest = this.queues[r]!.oldest();
-            if (
-              oldest !== null &&
-              now - oldest.enqueuedAt >= this.starvationMs[r]! &&
-              (best === null || oldest.seq < best.seq)
-            ) {
-              best = oldest;
-            }
+            if (oldest === null) continue;
+            const mark = oldest.enqueuedAt + this.starvationMs[r]!;
+            if (mark < nextMark) nextMark = mark;
+            if (now >= mark && (best === null || oldest.seq < best.seq)) best = oldest;
           }
-          if (best === null) break;
+          this.starveCheckAt = nextMark;
+          if (best === null || !slots.hasFreeSlot()) break;
           this.queues[best.rank]!.serveOutOfOrder(best);
-          this.grant(best, true);
+          this.grant(best, true, now);
+          granted = true;
         }
       }
       // Strict priority with reservation-aware headroom. headroom(c) never exceeds headroom of a
@@ -475,14 +481,15 @@ class PriorityScheduler implements Scheduler, PermitOwner {
         const queue = this.queues[r]!;
         while (queue.size > 0) {
           if (slots.headroom(r) <= 0) return;
-          this.grant(queue.pop()!, false);
+          this.grant(queue.pop()!, false, now);
+          granted = true;
         }
       }
     } finally {
       this.dispatching = false;
       // Served or promoted waiters may have been hiding a younger waiter's starvation mark (rearm
       // skips a head already past its mark): arm the timer for the queues' new heads.
-      if (this.queuedTotal > 0) this.rearm(this.clock.now());
+      if (granted && this.queuedTotal > 0) this.rearm(now);
     }
   }
 
