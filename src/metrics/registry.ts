@@ -182,14 +182,26 @@ export function createMetrics(options: MetricsOptions = {}): SluiceMetrics {
     }
   });
 
+  // Label children resolved once: a labelled inc() hashes its labels on every call, and these two
+  // run for every request.
+  const admitChild = new Map<string, Map<string, { inc(): void }>>();
+  const waitChild = new Map<string, { observe(v: number): void }>();
+  for (const cls of PRIORITY_CLASSES) {
+    admitChild.set(
+      cls,
+      new Map(ADMISSION_OUTCOMES.map((outcome) => [outcome, admit.labels({ class: cls, outcome })])),
+    );
+    waitChild.set(cls, queueWait.labels({ class: cls }));
+  }
+
   const observer: SchedulerObserver = {
     admission(cls, outcome, tenant) {
-      admit.inc({ class: cls, outcome });
+      admitChild.get(cls)!.get(outcome)!.inc();
       // One traffic unit per request: `preempted` is a second outcome of an already admitted request.
       if (outcome !== "preempted") tenants.record(tenant);
     },
     queueWait(cls, seconds) {
-      queueWait.observe({ class: cls }, seconds);
+      waitChild.get(cls)!.observe(seconds);
     },
     preemption(victimClass, byClass) {
       preemption.inc({ victim_class: victimClass, by_class: byClass });
