@@ -1,0 +1,56 @@
+/**
+ * The synthetic workload: a seeded task mix (class, tenant, cost) shared by every contender, so
+ * each one sees exactly the same sequence of requests.
+ */
+import type { PriorityClass, TenantPolicy } from "../../src/index.js";
+
+/** mulberry32: a tiny, fast, seedable 32-bit PRNG (returns [0, 1)). */
+export function mulberry32(seed: number): () => number {
+  let a = seed >>> 0;
+  return () => {
+    a = (a + 0x6d2b79f5) >>> 0;
+    let t = a;
+    t = Math.imul(t ^ (t >>> 15), t | 1);
+    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
+    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
+  };
+}
+
+/** Rank order (bulk 0 .. system 3), as the engine ranks them. */
+export const CLASS_NAMES: readonly PriorityClass[] = ["bulk", "default", "interactive", "system"];
+export const TENANT_COUNT = 16;
+export const TENANTS: readonly string[] = Array.from({ length: TENANT_COUNT }, (_, i) => `tenant-${i}`);
+export const MAX_COST = 512;
+
+/** 16 tenants with weights 1..4 (cycling), all allowed up to `system` so nothing is clamped. */
+export function tenantPolicies(): Record<string, TenantPolicy> {
+  const out: Record<string, TenantPolicy> = {};
+  TENANTS.forEach((t, i) => {
+    out[t] = { max_class: "system", weight: 1 + (i % 4) };
+  });
+  return out;
+}
+
+export interface Workload {
+  readonly size: number;
+  /** Class rank 0..3 per task. */
+  readonly cls: Uint8Array;
+  /** Tenant index 0..15 per task. */
+  readonly tenant: Uint8Array;
+  /** Estimated cost 1..512 per task. */
+  readonly cost: Uint16Array;
+}
+
+/** Classes uniformly at random, tenants uniformly at random, costs uniform in 1..512. */
+export function makeWorkload(size: number, seed = 0x5eed): Workload {
+  const rand = mulberry32(seed);
+  const cls = new Uint8Array(size);
+  const tenant = new Uint8Array(size);
+  const cost = new Uint16Array(size);
+  for (let i = 0; i < size; i++) {
+    cls[i] = Math.floor(rand() * CLASS_NAMES.length);
+    tenant[i] = Math.floor(rand() * TENANT_COUNT);
+    cost[i] = 1 + Math.floor(rand() * MAX_COST);
+  }
+  return { size, cls, tenant, cost };
+}
