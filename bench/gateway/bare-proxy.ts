@@ -5,7 +5,6 @@
  * `node --import tsx bench/gateway/bare-proxy.ts <upstream-url> <port>`.
  */
 import { createServer } from "node:http";
-import { pipeline } from "node:stream";
 import { Pool } from "undici";
 
 const [upstream, portArg] = process.argv.slice(2);
@@ -38,7 +37,8 @@ const server = createServer({ keepAliveTimeout: 65_000, requestTimeout: 0 }, (re
       .then(
         (up) => {
           res.writeHead(up.statusCode, without(up.headers, DROP_RESPONSE));
-          pipeline(up.body, res, () => {});
+          // .pipe, not stream.pipeline: on Node 20 pipeline builds an AbortError (with a stack) per call.
+          up.body.on("error", () => res.destroy()).pipe(res);
         },
         () => res.writeHead(502).end(),
       );
