@@ -200,6 +200,7 @@ export async function startGateway(options: GatewayOptions): Promise<Gateway> {
         if (result.outcome === "preempted") throw preemptedError(ticket);
         served = true;
         metrics.httpRequests.inc({ status: String(result.status) });
+        if (result.status >= 500) metrics.upstreamErrors.inc({ kind: "status_5xx" });
         const usage = reader?.usage;
         // A worker failure (5xx) without usage generated nothing: the hold goes back.
         const workerFailed = result.status >= 500 && usage === undefined;
