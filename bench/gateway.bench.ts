@@ -14,8 +14,8 @@
  *   --warmup S          BENCH_GATEWAY_WARMUP       warm-up seconds per target (3)
  *   --no-write          BENCH_GATEWAY_NO_WRITE=1   leave BENCHMARKS.md alone
  *   --cpu-prof DIR      BENCH_GATEWAY_CPU_PROF     run the Node proxies with --cpu-prof into DIR
- *                                                  (one folder per proxy; summarize the largest file with
- *                                                  node --import tsx bench/gateway/profile-summary.ts FILE)
+ *                                                  (one folder per proxy; summarize one with
+ *                                                  node --import tsx bench/gateway/profile-summary.ts DIR/sluice-scheduler)
  */
 import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import os from "node:os";
@@ -243,14 +243,17 @@ async function main(): Promise<void> {
   // (a) the upstream: a mock worker that answers at once.
   const upstreamPort = await freePort();
   const upstreamUrl = `http://127.0.0.1:${upstreamPort}`;
-  const worker = nodeChild(
+  const workerArgs = [
     "mock-worker",
-    CLI,
-    ["mock-worker", "--port", String(upstreamPort), "--max-running-requests", String(WORKER_CAPACITY)].concat(
-      ["--ttft-ms", "0", "--token-delay-ms", "0"],
-    ),
-    undefined,
-  );
+    "--port",
+    String(upstreamPort),
+    "--ttft-ms",
+    "0",
+    "--token-delay-ms",
+    "0",
+  ];
+  const capacityArgs = ["--max-running-requests", String(WORKER_CAPACITY)];
+  const worker = nodeChild("mock-worker", CLI, [...workerArgs, ...capacityArgs], undefined);
   await waitReady(worker, `${upstreamUrl}/health`);
   const targets: Target[] = [
     { key: "direct", label: LABELS.direct, url: upstreamUrl, child: worker, proxyPid: undefined },
