@@ -11,7 +11,7 @@ import { createHash, timingSafeEqual } from "node:crypto";
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from "node:http";
 import type { AddressInfo } from "node:net";
 import { readBody } from "./body.js";
-import { GatewayError, sendError, specFromError } from "./http-errors.js";
+import { GatewayError, sendError, sendJson, specFromError } from "./http-errors.js";
 
 export interface AdminHandlers {
   pinCapacity(capacity: number | undefined): { capacity: number; pinned: number | undefined };
@@ -27,12 +27,6 @@ export interface AdminServer {
 
 function digest(text: string): Buffer {
   return createHash("sha256").update(text).digest();
-}
-
-function sendJson(res: ServerResponse, status: number, value: unknown): void {
-  const body = JSON.stringify(value);
-  res.writeHead(status, { "content-type": "application/json", "content-length": Buffer.byteLength(body) });
-  res.end(body);
 }
 
 export async function startAdminServer(options: {

@@ -60,6 +60,22 @@ export function specFromError(error: unknown): GatewayErrorSpec {
   return { status: 500, code: "internal_error", message: "internal gateway error" };
 }
 
+/** Writes a JSON answer with its length. */
+export function sendJson(
+  res: ServerResponse,
+  status: number,
+  value: unknown,
+  headers: Record<string, string> = {},
+): void {
+  const body = JSON.stringify(value);
+  res.writeHead(status, {
+    "content-type": "application/json",
+    "content-length": Buffer.byteLength(body),
+    ...headers,
+  });
+  res.end(body);
+}
+
 /** Writes the JSON error answer unless headers already went out (then the socket is cut). */
 export function sendError(res: ServerResponse, spec: GatewayErrorSpec): void {
   if (res.headersSent) {
@@ -67,18 +83,10 @@ export function sendError(res: ServerResponse, spec: GatewayErrorSpec): void {
     return;
   }
   if (res.destroyed) return;
-  const body = JSON.stringify({
-    error: {
-      message: spec.message,
-      type: spec.type ?? TYPE_BY_STATUS[spec.status] ?? "api_error",
-      code: spec.code,
-    },
-  });
-  res.writeHead(spec.status, {
-    "content-type": "application/json",
-    "content-length": Buffer.byteLength(body),
-    "x-smg-error-code": spec.code,
-    ...spec.headers,
-  });
-  res.end(body);
+  const error = {
+    message: spec.message,
+    type: spec.type ?? TYPE_BY_STATUS[spec.status] ?? "api_error",
+    code: spec.code,
+  };
+  sendJson(res, spec.status, { error }, { "x-smg-error-code": spec.code, ...spec.headers });
 }

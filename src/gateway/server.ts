@@ -13,7 +13,7 @@ import { type AdminServer, startAdminServer } from "./admin.js";
 import { type Admission, type AdmissionTicket, createAdmission, loadSchedulerFile } from "./admission.js";
 import { readBody } from "./body.js";
 import { estimateRequest } from "./cost.js";
-import { GatewayError, sendError, specFromError } from "./http-errors.js";
+import { GatewayError, sendError, sendJson, specFromError } from "./http-errors.js";
 import type { GatewayOptions } from "./options.js";
 import { forward, upstreamFailure } from "./proxy.js";
 import { TenantActivity } from "./tenant-activity.js";
@@ -395,10 +395,4 @@ export async function startGateway(options: GatewayOptions): Promise<Gateway> {
       await workers.close();
     },
   };
-}
-
-function sendJson(res: ServerResponse, status: number, value: unknown): void {
-  const body = JSON.stringify(value);
-  res.writeHead(status, { "content-type": "application/json", "content-length": Buffer.byteLength(body) });
-  res.end(body);
 }

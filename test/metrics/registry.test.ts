@@ -18,22 +18,8 @@ import {
   SCHEDULER_METRIC_NAMES,
   type SluiceMetrics,
 } from "../../src/metrics/index.js";
+import { CONTRACT_METRICS } from "../contract-metrics.js";
 import { labelNames, type Scrape, sampleValue, scrape } from "./scrape.js";
-
-/** The reference's Metrics table: name, type, label names. */
-const SEED_TABLE: ReadonlyArray<[string, "COUNTER" | "HISTOGRAM" | "GAUGE", string[]]> = [
-  ["smg_scheduler_admit_total", "COUNTER", ["class", "outcome"]],
-  ["smg_scheduler_queue_wait_seconds", "HISTOGRAM", ["class"]],
-  ["smg_scheduler_preemption_total", "COUNTER", ["victim_class", "by_class"]],
-  ["smg_scheduler_clamp_total", "COUNTER", ["tenant", "requested_class", "effective_class"]],
-  ["smg_scheduler_unknown_priority_value_total", "COUNTER", ["tenant"]],
-  ["smg_scheduler_starvation_promotion_total", "COUNTER", ["class"]],
-  ["smg_scheduler_inflight", "GAUGE", ["class"]],
-  ["smg_scheduler_queue_depth", "GAUGE", ["class"]],
-  ["smg_scheduler_queue_size_limit", "GAUGE", ["class"]],
-  ["smg_scheduler_utilization", "GAUGE", []],
-  ["smg_scheduler_class_capacity_pressure", "GAUGE", ["class"]],
-];
 
 /** Small, reservation-free classes so a capacity of 2 is valid; bulk's queue holds one waiter. */
 const CLASSES = {
@@ -123,14 +109,14 @@ describe("createMetrics: the reference's metrics", () => {
   test("every metric of the seed's table is present with its type and exact label names", async () => {
     const { metrics } = await drive();
     const s = await scrape(metrics);
-    for (const [name, type, labels] of SEED_TABLE) {
+    for (const [name, type, labels] of CONTRACT_METRICS) {
       const family = s.families.get(name);
       assert.ok(family, `${name} is exported`);
       assert.equal(family.type, type, `${name} type`);
       assert.ok(family.help.length > 0, `${name} has help`);
       assert.deepEqual(labelNames(s, name), [...labels].sort(), `${name} labels`);
     }
-    assert.deepEqual(Object.values(SCHEDULER_METRIC_NAMES).sort(), SEED_TABLE.map(([n]) => n).sort());
+    assert.deepEqual(Object.values(SCHEDULER_METRIC_NAMES).sort(), CONTRACT_METRICS.map(([n]) => n).sort());
   });
 
   test("every class x outcome series and class series exists, at 0, from the first scrape", async () => {
