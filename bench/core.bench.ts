@@ -7,13 +7,16 @@
  * the longest a single p-queue / bottleneck run may take before its task count is scaled down),
  * BENCH_THROUGHPUT_BUDGET_S (default 110: all measured rounds together), BENCH_NO_WRITE=1 to leave
  * BENCHMARKS.md alone, BENCH_ONLY=sluice,semaphore to run just those contenders' throughput (profiling).
+ * Node: `--node 24` or SLUICE_NODE=24 (a major, an exact version or `system`) re-runs the bench on that
+ * pinned Node line (scripts/node-line.sh installs it into .tools/ when missing).
  */
 import os from "node:os";
 import { fileURLToPath } from "node:url";
 import Bottleneck from "bottleneck";
 import PQueue from "p-queue";
+import { runOnSelectedNode } from "../scripts/node-line.js";
+import { BUILTIN_CLASS_DEFAULTS } from "../src/core/config.js";
 import {
-  BUILTIN_CLASS_DEFAULTS,
   type ClassOverrides,
   createScheduler,
   ManualClock,
@@ -31,6 +34,8 @@ import {
 } from "./lib/report.js";
 import { canCollect, fmtFixed, fmtInt, median, settleHeap, tick, yesNo } from "./lib/stats.js";
 import { CLASS_NAMES, makeWorkload, TENANTS, tenantPolicies, type Workload } from "./lib/workload.js";
+
+runOnSelectedNode();
 
 const CAPACITY = 256;
 const OUTSTANDING = 4 * CAPACITY;

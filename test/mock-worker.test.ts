@@ -1,4 +1,5 @@
 import assert from "node:assert/strict";
+import { connect } from "node:net";
 import { describe, test } from "node:test";
 import { request } from "undici";
 import { type MockWorker, type MockWorkerOptions, startMockWorker } from "../src/mock-worker/index.js";
@@ -391,5 +392,372 @@ describe("mock worker: batching and failures", () => {
     assert.ok(performance.now() - started < 500);
     await assert.rejects(pending);
     assert.equal(w.stats().running, 0);
+  });
+});
+
+// --- instrumentation: open requests, over-capacity spells, the received log, restarts, faults ---
+
+/** Raw HTTP/1.1 exchange: writes `head` (+ body), returns every byte received until the server closes. */
+function rawExchange(
+  worker: MockWorker,
+  bytes: string,
+  { timeoutMs = 2000 }: { timeoutMs?: number } = {},
+): Promise<{ data: Buffer; closedByServer: boolean }> {
+  return new Promise((resolve, reject) => {
+    const chunks: Buffer[] = [];
+    const socket = connect(worker.port, "127.0.0.1", () => socket.write(bytes));
+    const timer = setTimeout(() => {
+      socket.destroy();
+      resolve({ data: Buffer.concat(chunks), closedByServer: false });
+    }, timeoutMs);
+    socket.on("data", (c: Buffer) => chunks.push(c));
+    socket.on("error", () => {}); // a reset still ends in 'close'
+    socket.on("close", () => {
+      clearTimeout(timer);
+      resolve({ data: Buffer.concat(chunks), closedByServer: true });
+    });
+    socket.on("timeout", reject);
+  });
+}
+
+function chatRequest(body: Record<string, unknown>, headers: Record<string, string> = {}): string {
+  const text = JSON.stringify(body);
+  const extra = Object.entries(headers)
+    .map(([k, v]) => `${k}: ${v}\r\n`)
+    .join("");
+  return (
+    `POST /v1/chat/completions HTTP/1.1\r\nhost: w\r\ncontent-type: application/json\r\n` +
+    `content-length: ${Buffer.byteLength(text)}\r\n${extra}\r\n${text}`
+  );
+}
+
+describe("mock worker: capacity counters", () => {
+  test("counts open requests, the peak, and time spent above maxRunningRequests", async () => {
+    await withWorker({ maxRunningRequests: 2 }, async (w) => {
+      const within = await Promise.all(
+        [1, 2].map(() =>
+          postJson(w, "/v1/chat/completions", { messages: [], max_tokens: 1 }, { "x-mock-ttft-ms": "30" }),
+        ),
+      );
+      assert.ok(within.every((r) => r.status === 200));
+      let s = w.stats();
+      assert.equal(s.openPeak, 2);
+      assert.equal(s.overCapacityMs, 0);
+      assert.equal(s.overCapacitySpells, 0);
+
+      const started = performance.now();
+      const over = Promise.all(
+        [1, 2, 3, 4].map(() =>
+          postJson(w, "/v1/chat/completions", { messages: [], max_tokens: 1 }, { "x-mock-ttft-ms": "80" }),
+        ),
+      );
+      await waitFor(() => w.stats().open === 4);
+      s = w.stats();
+      assert.equal(s.running, 2);
+      assert.equal(s.waiting, 2);
+      assert.equal(s.overCapacitySpells, 1);
+      assert.ok(s.overCapacityMs >= 0, "a spell in progress is counted");
+      assert.ok((await over).every((r) => r.status === 200));
+      const elapsed = performance.now() - started;
+      s = w.stats();
+      assert.equal(s.open, 0);
+      assert.equal(s.openPeak, 4);
+      assert.equal(s.overCapacitySpells, 1);
+      // Over capacity from the 3rd arrival until the first pair finished (one ttft), not the whole run.
+      assert.ok(s.overCapacityMs >= 60 && s.overCapacityMs < elapsed, `overCapacityMs ${s.overCapacityMs}`);
+      assert.equal(s.longestOverCapacityMs, s.overCapacityMs);
+      assert.ok(s.trackedMs >= elapsed);
+    });
+  });
+
+  test("a client that leaves before the first byte closes its request at once (non-streaming)", async () => {
+    await withWorker({ maxRunningRequests: 1 }, async (w) => {
+      const socket = connect(w.port, "127.0.0.1");
+      socket.on("error", () => {});
+      socket.write(chatRequest({ messages: [], max_tokens: 1 }, { "x-mock-ttft-ms": "10000" }));
+      await waitFor(() => w.stats().open === 1 && w.stats().running === 1);
+      // A second one waits inside the worker: 2 open, above capacity.
+      const waiter = connect(w.port, "127.0.0.1");
+      waiter.on("error", () => {});
+      waiter.write(chatRequest({ messages: [], max_tokens: 1 }, { "x-mock-ttft-ms": "10000" }));
+      await waitFor(() => w.stats().open === 2);
+      const cut = performance.now();
+      socket.destroy();
+      await waitFor(() => w.stats().open === 1, 200);
+      assert.ok(performance.now() - cut < 200);
+      waiter.destroy();
+      await waitFor(() => w.stats().open === 0, 200);
+      const s = w.stats();
+      assert.equal(s.aborted, 2);
+      assert.equal(s.overCapacitySpells, 1);
+      assert.ok(s.longestOverCapacityMs < 1000);
+    });
+  });
+
+  test("GET /mock/stats serves the counters as JSON", async () => {
+    await withWorker({ maxRunningRequests: 3 }, async (w) => {
+      await postJson(w, "/v1/chat/completions", { messages: [], max_tokens: 2 });
+      const res = await request(`${w.url}/mock/stats`);
+      const json = (await res.body.json()) as Record<string, unknown>;
+      for (const key of [
+        "open",
+        "openPeak",
+        "overCapacityMs",
+        "overCapacitySpells",
+        "longestOverCapacityMs",
+        "trackedMs",
+        "received",
+        "clientErrors",
+        "restarts",
+      ]) {
+        assert.equal(typeof json[key], "number", key);
+      }
+      assert.equal(json["maxRunningRequests"], 3);
+      assert.equal(json["completed"], 1);
+      assert.equal(json["openPeak"], 1);
+      assert.equal("lastRequestBody" in json, false);
+    });
+  });
+
+  test("resetStats starts the counters afresh", async () => {
+    await withWorker({ maxRunningRequests: 1 }, async (w) => {
+      await Promise.all(
+        [1, 2].map(() => postJson(w, "/v1/chat/completions", { messages: [], max_tokens: 1 })),
+      );
+      assert.equal(w.stats().openPeak, 2);
+      w.resetStats();
+      const s = w.stats();
+      assert.deepEqual(
+        [s.completed, s.totalRequests, s.openPeak, s.overCapacitySpells, s.overCapacityMs, s.received],
+        [0, 0, 0, 0, 0, 0],
+      );
+      assert.deepEqual(w.received(), []);
+    });
+  });
+});
+
+describe("mock worker: received log", () => {
+  test("logs inference requests and tagged requests by x-fuzz-id / x-request-id, not health polls", async () => {
+    await withWorker({}, async (w) => {
+      await postJson(w, "/v1/chat/completions", { messages: [], max_tokens: 1 }, { "x-fuzz-id": "f1" });
+      await postJson(
+        w,
+        "/v1/completions",
+        { prompt: "x", max_tokens: 1 },
+        { "x-request-id": "r2", authorization: "Bearer k" },
+      );
+      await postJson(w, "/generate", { text: "x" });
+      await (await request(`${w.url}/health`)).body.dump();
+      await (await request(`${w.url}/nope?x=1`, { headers: { "x-fuzz-id": "f4" } })).body.dump();
+      const log = w.received();
+      assert.deepEqual(
+        log.map((e) => [e.id, e.method, e.path]),
+        [
+          ["f1", "POST", "/v1/chat/completions"],
+          ["r2", "POST", "/v1/completions"],
+          [undefined, "POST", "/generate"],
+          ["f4", "GET", "/nope?x=1"],
+        ],
+      );
+      assert.equal(log[0]!.bodyBytes, JSON.stringify({ messages: [], max_tokens: 1 }).length);
+      assert.ok(log[0]!.headerNames.includes("x-fuzz-id") && log[0]!.headerNames.includes("content-type"));
+      assert.equal(log[0]!.authorization, undefined);
+      assert.equal(log[1]!.authorization, "Bearer k");
+      assert.equal(log[3]!.bodyBytes, 0);
+      assert.equal(w.stats().received, 4);
+      const served = (await (await request(`${w.url}/mock/received`)).body.json()) as Array<{ id?: string }>;
+      assert.deepEqual(
+        served.map((e) => e.id ?? null),
+        ["f1", "r2", null, "f4"],
+      );
+      w.clearReceived();
+      assert.deepEqual(w.received(), []);
+    });
+  });
+
+  test("the log is a bounded ring; the count keeps going", async () => {
+    await withWorker({ receivedLogSize: 3 }, async (w) => {
+      for (let i = 0; i < 5; i++) {
+        await postJson(w, "/v1/chat/completions", { messages: [], max_tokens: 0 }, { "x-fuzz-id": `id${i}` });
+      }
+      assert.deepEqual(
+        w.received().map((e) => e.id),
+        ["id2", "id3", "id4"],
+      );
+      assert.equal(w.stats().received, 5);
+    });
+  });
+
+  test("bytes that are not HTTP count as client errors", async () => {
+    await withWorker({}, async (w) => {
+      const { data } = await rawExchange(w, "NOT HTTP AT ALL\r\n\r\n");
+      assert.match(data.toString("latin1"), /^HTTP\/1\.1 400/);
+      assert.equal(w.stats().clientErrors, 1);
+      assert.equal(w.stats().received, 0);
+    });
+  });
+});
+
+describe("mock worker: restart", () => {
+  test("restart() kills in-flight work, refuses connections while down, then serves on the same port", async () => {
+    await withWorker({ tokenDelayMs: 20 }, async (w) => {
+      const pending = postJson(w, "/v1/chat/completions", { messages: [], max_tokens: 1000, stream: true });
+      await waitFor(() => w.stats().running === 1);
+      const restarted = w.restart({ downMs: 150 });
+      await assert.rejects(pending);
+      await new Promise((r) => setTimeout(r, 20));
+      await assert.rejects(request(`${w.url}/health`), (err: Error & { code?: string }) => {
+        assert.equal(err.code, "ECONNREFUSED");
+        return true;
+      });
+      await restarted;
+      const ok = await postJson(w, "/v1/chat/completions", { messages: [], max_tokens: 1 });
+      assert.equal(ok.status, 200);
+      const s = w.stats();
+      assert.equal(s.restarts, 1);
+      assert.equal(s.aborted, 1);
+      assert.equal(s.completed, 1);
+      assert.equal(s.totalRequests, 2);
+      assert.equal(s.open, 0);
+    });
+  });
+
+  test("close() during a restart leaves the worker closed", async () => {
+    const w = await startMockWorker({ ...FAST });
+    const restarted = w.restart({ downMs: 50 });
+    await w.close();
+    await restarted;
+    await assert.rejects(request(`${w.url}/health`));
+    await assert.rejects(w.restart());
+  });
+
+  test("a worker can also be started again on a closed worker's port", async () => {
+    const first = await startMockWorker({ ...FAST });
+    const port = first.port;
+    await first.close();
+    const second = await startMockWorker({ ...FAST, port });
+    try {
+      assert.equal(second.url, first.url);
+      assert.equal(
+        (await postJson(second, "/v1/chat/completions", { messages: [], max_tokens: 1 })).status,
+        200,
+      );
+    } finally {
+      await second.close();
+    }
+  });
+});
+
+describe("mock worker: fault modes", () => {
+  const body = { messages: [], max_tokens: 5 };
+
+  test("garbage: bytes that are not HTTP, then close", async () => {
+    await withWorker({}, async (w) => {
+      const { data, closedByServer } = await rawExchange(w, chatRequest(body, { "x-mock-fail": "garbage" }));
+      assert.ok(closedByServer);
+      assert.ok(data.length > 0);
+      assert.doesNotMatch(data.toString("latin1"), /^HTTP\//);
+      await waitFor(() => w.stats().open === 0);
+      await assert.rejects(postJson(w, "/v1/chat/completions", body, { "x-mock-fail": "garbage" }));
+    });
+  });
+
+  test("bad-json: 200, JSON content type, a body that does not parse", async () => {
+    await withWorker({}, async (w) => {
+      const res = await postJson(w, "/v1/chat/completions", body, { "x-mock-fail": "bad-json" });
+      assert.equal(res.status, 200);
+      assert.match(String(res.headers["content-type"]), /application\/json/);
+      assert.throws(() => JSON.parse(res.text));
+    });
+  });
+
+  test("bad-length: Content-Length larger than the body, then close", async () => {
+    await withWorker({}, async (w) => {
+      const { data, closedByServer } = await rawExchange(
+        w,
+        chatRequest(body, { "x-mock-fail": "bad-length" }),
+      );
+      assert.ok(closedByServer);
+      const text = data.toString("latin1");
+      const [head, rest] = text.split("\r\n\r\n") as [string, string];
+      assert.match(head, /^HTTP\/1\.1 200/);
+      const declared = Number(/content-length: (\d+)/i.exec(head)?.[1]);
+      assert.ok(declared > Buffer.byteLength(rest), `declared ${declared}, got ${rest.length}`);
+      await assert.rejects(postJson(w, "/v1/chat/completions", body, { "x-mock-fail": "bad-length" }));
+    });
+  });
+
+  test("die-mid-stream: a few tokens, then the connection dies; the slot is freed", async () => {
+    await withWorker({ maxRunningRequests: 1 }, async (w) => {
+      const streamed = await rawExchange(
+        w,
+        chatRequest(
+          { ...body, stream: true },
+          { "x-mock-fail": "die-mid-stream", "x-mock-die-after-tokens": "3" },
+        ),
+      );
+      assert.ok(streamed.closedByServer);
+      const text = streamed.data.toString("latin1");
+      assert.match(text, /^HTTP\/1\.1 200/);
+      assert.match(text, /tok2/);
+      assert.doesNotMatch(text, /tok3/);
+      assert.doesNotMatch(text, /\[DONE\]/);
+
+      const plain = await rawExchange(w, chatRequest(body, { "x-mock-fail": "die-mid-stream" }));
+      assert.ok(plain.closedByServer);
+      const [head, rest] = plain.data.toString("latin1").split("\r\n\r\n") as [string, string];
+      assert.match(head, /^HTTP\/1\.1 200/);
+      assert.ok(Number(/content-length: (\d+)/i.exec(head)?.[1]) > Buffer.byteLength(rest));
+
+      // Fewer tokens than the cut point: it still dies instead of finishing.
+      const short = await rawExchange(
+        w,
+        chatRequest({ messages: [], max_tokens: 1, stream: true }, { "x-mock-fail": "die-mid-stream" }),
+      );
+      assert.doesNotMatch(short.data.toString("latin1"), /\[DONE\]/);
+      await waitFor(() => w.stats().open === 0 && w.stats().running === 0);
+      assert.equal(w.stats().completed, 0);
+      assert.equal(w.stats().aborted, 3);
+      assert.equal((await postJson(w, "/v1/chat/completions", body)).status, 200);
+    });
+  });
+
+  test("/get_server_info can report any max_running_requests, valid or not", async () => {
+    for (const value of [0, -5, 1e12, "lots", null]) {
+      await withWorker({ maxRunningRequests: 2, reportedCapacity: value }, async (w) => {
+        const info = (await (await request(`${w.url}/get_server_info`)).body.json()) as Record<
+          string,
+          unknown
+        >;
+        assert.deepEqual(info["max_running_requests"], value);
+        assert.equal(w.stats().maxRunningRequests, 2);
+      });
+    }
+    await withWorker({ maxRunningRequests: 2 }, async (w) => {
+      w.setReportedCapacity(-1);
+      const lying = (await (await request(`${w.url}/get_server_info`)).body.json()) as Record<
+        string,
+        unknown
+      >;
+      assert.equal(lying["max_running_requests"], -1);
+      w.setReportedCapacity(undefined);
+      const honest = (await (await request(`${w.url}/get_server_info`)).body.json()) as Record<
+        string,
+        unknown
+      >;
+      assert.equal(honest["max_running_requests"], 2);
+    });
+  });
+
+  test("a request beyond the context length is refused with 400, like vLLM", async () => {
+    await withWorker({ contextLength: 100 }, async (w) => {
+      const huge = await postJson(w, "/v1/chat/completions", { messages: [], max_tokens: 1e30 });
+      assert.equal(huge.status, 400);
+      assert.equal(JSON.parse(huge.text).error.code, "context_length_exceeded");
+      const fits = await postJson(w, "/v1/chat/completions", { messages: [], max_tokens: 100 });
+      assert.equal(fits.status, 200);
+      const info = (await (await request(`${w.url}/get_server_info`)).body.json()) as Record<string, unknown>;
+      assert.equal(info["context_length"], 100);
+    });
   });
 });

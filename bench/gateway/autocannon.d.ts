@@ -7,6 +7,13 @@ declare module "autocannon" {
     method?: "GET" | "POST" | "PUT" | "DELETE" | "PATCH" | "HEAD" | "OPTIONS";
     headers?: Record<string, string>;
     body?: string | Buffer;
+    /** A sequence each connection cycles through; each entry overrides the defaults above. */
+    requests?: Array<{
+      method?: Options["method"];
+      path?: string;
+      headers?: Record<string, string>;
+      body?: string | Buffer;
+    }>;
     connections?: number;
     /** Seconds. */
     duration?: number;

@@ -1,23 +1,19 @@
 /**
- * One autocannon run against one target. Latencies are recorded here from each response's own
- * timing (autocannon's histogram keeps whole milliseconds, too coarse for a 1 ms target), without
- * autocannon's coordinated-omission correction.
+ * One autocannon run against one target (the non-streaming case). Latencies are recorded here from each
+ * response's own timing (autocannon's histogram keeps whole milliseconds, too coarse for a 0.5 ms
+ * target), without autocannon's coordinated-omission correction.
  */
 import { setTimeout as sleep } from "node:timers/promises";
 import autocannon, { type Result } from "autocannon";
-
-export const REQUEST_PATH = "/v1/chat/completions";
-export const REQUEST_BODY = JSON.stringify({
-  model: "mock-llm",
-  messages: [{ role: "user", content: "hi" }],
-  max_tokens: 1,
-});
+import { REQUEST_PATH, type RequestVariant, rotated } from "./workload.js";
 
 export interface LoadOptions {
   connections: number;
   durationS: number;
   /** Requests per second over all connections; absent = as fast as the target answers. */
   rate?: number | undefined;
+  /** What to send: each connection cycles through these (prebuilt by autocannon). */
+  variants: RequestVariant[];
 }
 
 export interface RunResult {
@@ -31,7 +27,8 @@ export interface RunResult {
   failures: number;
 }
 
-class Samples {
+/** A growable list of numbers, with nearest-rank percentiles. */
+export class Samples {
   private data = new Float64Array(1 << 16);
   length = 0;
   push(value: number): void {
@@ -58,13 +55,12 @@ function start(
   connections: number,
   durationS: number,
   rate: number | undefined,
+  variants: RequestVariant[],
   samples: Samples,
 ) {
   const instance = autocannon({
     url: baseUrl + REQUEST_PATH,
-    method: "POST",
-    headers: { "content-type": "application/json" },
-    body: REQUEST_BODY,
+    requests: variants.map((v) => ({ method: "POST", path: REQUEST_PATH, headers: v.headers, body: v.body })),
     connections,
     duration: durationS,
     pipelining: 1,
@@ -88,17 +84,17 @@ function start(
  */
 export async function runLoad(baseUrl: string, options: LoadOptions): Promise<RunResult> {
   const samples = new Samples();
-  const { connections, durationS, rate } = options;
+  const { connections, durationS, rate, variants } = options;
   let results: Result[];
   if (rate === undefined) {
-    results = [await start(baseUrl, connections, durationS, undefined, samples)];
+    results = [await start(baseUrl, connections, durationS, undefined, variants, samples)];
   } else {
     const total = Math.max(connections, Math.round(rate));
     const share = (i: number) => Math.floor(total / connections) + (i < total % connections ? 1 : 0);
     results = await Promise.all(
       Array.from({ length: connections }, async (_, i) => {
         await sleep((i * 1000) / connections);
-        return start(baseUrl, 1, durationS, share(i), samples);
+        return start(baseUrl, 1, durationS, share(i), rotated(variants, i), samples);
       }),
     );
   }

@@ -27,9 +27,11 @@ export function findNginx(): Nginx | undefined {
 
 /**
  * One worker process, upstream keepalive 64, HTTP/1.1 to the upstream with the Connection header
- * cleared (so upstream connections are reused), no access log.
+ * cleared (so upstream connections are reused), no access log. Two listeners on the same upstream:
+ * `port` with nginx's defaults (response buffering on), for the non-streaming runs, and `streamPort`
+ * with `proxy_buffering off`, as server-sent events are proxied, for the streaming runs.
  */
-export function nginxConfig(prefix: string, port: number, upstream: URL): string {
+export function nginxConfig(prefix: string, port: number, streamPort: number, upstream: URL): string {
   const asRoot = process.getuid?.() === 0;
   return `${asRoot ? "user root;\n" : ""}worker_processes 1;
 daemon off;
@@ -57,14 +59,29 @@ http {
       proxy_set_header Connection "";
     }
   }
+  server {
+    listen 127.0.0.1:${streamPort};
+    location / {
+      proxy_pass http://sluice_bench_upstream;
+      proxy_http_version 1.1;
+      proxy_set_header Connection "";
+      proxy_buffering off;
+    }
+  }
 }
 `;
 }
 
-export function startNginx(nginx: Nginx, dir: string, port: number, upstream: URL): Child {
+export function startNginx(
+  nginx: Nginx,
+  dir: string,
+  port: number,
+  streamPort: number,
+  upstream: URL,
+): Child {
   const prefix = join(dir, "nginx");
   mkdirSync(prefix, { recursive: true });
   const conf = join(prefix, "nginx.conf");
-  writeFileSync(conf, nginxConfig(prefix, port, upstream));
+  writeFileSync(conf, nginxConfig(prefix, port, streamPort, upstream));
   return spawnChild("nginx", nginx.bin, ["-p", prefix, "-c", conf, "-e", join(prefix, "error.log")]);
 }

@@ -130,10 +130,10 @@ export async function runDemo(argv: string[]): Promise<void> {
     },
     logger: pino({ level: "warn" }, pino.destination(2)),
   });
-  const scheduler = gateway.admission.scheduler!;
+  const scheduler = gateway.admission;
   process.stdout.write(
     `sluice demo: gateway ${gateway.url} -> workers ${workers.map((w) => w.url).join(", ")} ` +
-      `(capacity ${scheduler.capacity}); metrics at ${gateway.url}/metrics; running ${opts.durationSecs}s\n`,
+      `(capacity ${gateway.capacity.capacity}); metrics at ${gateway.url}/metrics; running ${opts.durationSecs}s\n`,
   );
 
   const stats = new Map<PriorityClass, ClassStats>(
@@ -185,6 +185,7 @@ export async function runDemo(argv: string[]): Promise<void> {
   const started = Date.now();
   const print = () => {
     const snap = scheduler.snapshot();
+    if (snap.classes === null) return;
     const rows = [
       `t=${((Date.now() - started) / 1000).toFixed(0).padStart(3)}s  capacity ${snap.capacity}  in flight ${snap.inflight}  queued ${snap.queued}`,
       "class        admitted  in-flight  queued  rejected (by code)                     p50 wait   p99 wait",
@@ -212,10 +213,11 @@ export async function runDemo(argv: string[]): Promise<void> {
   clearInterval(ticker);
   print();
   const c = scheduler.counters();
-  process.stdout.write(
-    `done: preemptions ${Object.values(c.preemptions).reduce((n, by) => n + Object.values(by).reduce((a, b) => a + b, 0), 0)}, ` +
-      `starvation promotions ${Object.values(c.starvationPromotions).reduce((a, b) => a + b, 0)}\n`,
-  );
+  if (c !== undefined)
+    process.stdout.write(
+      `done: preemptions ${Object.values(c.preemptions).reduce((n, by) => n + Object.values(by).reduce((a, b) => a + b, 0), 0)}, ` +
+        `starvation promotions ${Object.values(c.starvationPromotions).reduce((a, b) => a + b, 0)}\n`,
+    );
   process.off("SIGINT", onSignal);
   await dispatcher.close();
   await gateway.close();

@@ -8,9 +8,12 @@ import { readFileSync } from "node:fs";
 import { Command, InvalidArgumentError, Option } from "commander";
 import { parse as parseYaml } from "yaml";
 import { z } from "zod";
+import { pricingSchema } from "../config/pricing.js";
 import { PRIORITY_CLASSES, type PriorityClass, parsePriority } from "../core/class.js";
-import { type Pricing, pricingSchema } from "../core/config.js";
+import type { Pricing } from "../core/config.js";
 import { ConfigError } from "../core/errors.js";
+import type { LegacyLimiterOptions } from "../core/legacy.js";
+import type { ClientLimits } from "../gateway/client-guard.js";
 import type { ApiKeySpec, HealthCheckOptions, WorkerPolicy, WorkerSpec } from "../gateway/options.js";
 
 export const LOG_LEVELS = ["trace", "debug", "info", "warn", "error", "fatal", "silent"] as const;
@@ -27,18 +30,17 @@ export interface GatewayFlags {
     configPath: string | undefined;
     tenantMetricTopN: number;
   };
-  legacy: {
-    maxConcurrentRequests: number;
-    queueSize: number;
-    queueTimeoutSecs: number;
-    rateLimitTokensPerSecond: number | undefined;
-  };
+  legacy: Omit<LegacyLimiterOptions, "clock">;
   workers: WorkerSpec[];
   apiKeys: ApiKeySpec[];
   trustedTenantHeader: string | null;
   requireAuth: boolean;
   maxPayloadSize: number;
   requestTimeoutSecs: number;
+  upstreamConnectTimeoutSecs: number;
+  workerApiKey: string | undefined;
+  maxCostTokens: number | undefined;
+  clientLimits: ClientLimits;
   health: HealthCheckOptions;
   logLevel: (typeof LOG_LEVELS)[number];
   pricing: Pricing;
@@ -194,6 +196,53 @@ export const FLAG_SPECS: FlagSpec[] = [
     default: 1800,
   },
   {
+    flags: "--upstream-connect-timeout-secs <secs>",
+    key: "upstream_connect_timeout_secs",
+    description: "time to open a connection to a worker (502 upstream_unavailable past it)",
+    parse: numArg("a number > 0", (n) => n > 0),
+    default: 10,
+  },
+  {
+    flags: "--worker-api-key <key>",
+    key: "worker_api_key",
+    description:
+      "API key sent to workers as Authorization: Bearer (else SLUICE_WORKER_API_KEY; workers[].api_key wins)",
+  },
+  {
+    flags: "--max-cost-tokens <n>",
+    key: "max_cost_tokens",
+    description: "ceiling of a request's estimated cost (default: the workers' context length, else 131072)",
+    parse: intArg(1),
+  },
+  {
+    flags: "--client-headers-timeout-secs <secs>",
+    key: "client_headers_timeout_secs",
+    description: "time a client has to send its request headers (408 past it)",
+    parse: numArg("a number > 0", (n) => n > 0),
+    default: 10,
+  },
+  {
+    flags: "--client-body-idle-timeout-secs <secs>",
+    key: "client_body_idle_timeout_secs",
+    description: "longest silence while a request body arrives (408 past it)",
+    parse: numArg("a number > 0", (n) => n > 0),
+    default: 30,
+  },
+  {
+    flags: "--client-keep-alive-timeout-secs <secs>",
+    key: "client_keep_alive_timeout_secs",
+    description: "idle time before a keep-alive client connection is closed",
+    parse: numArg("a number > 0", (n) => n > 0),
+    default: 65,
+  },
+  {
+    flags: "--max-client-connections <n>",
+    key: "max_client_connections",
+    description: "open client connections; past it new ones get 503 too_many_connections",
+    parse: intArg(1),
+    default: 8192,
+  },
+  {
     flags: "--health-check-interval-secs <secs>",
     key: "health_check_interval_secs",
     description: "worker health check period",
@@ -265,6 +314,7 @@ const workersSchema = z.array(
   z.strictObject({
     url: z.string(),
     capacity: z.number().int("must be an integer").min(1, "must be >= 1").optional(),
+    api_key: z.string().min(1, "must be a non-empty string").optional(),
   }),
 );
 const apiKeysSchema = z.array(z.strictObject({ sha256: z.string(), tenant: z.string() }));
@@ -379,9 +429,12 @@ export function parseGatewayArgs(argv: string[]): GatewayFlags {
         throw new ConfigError(`${configPath}: workers.${i}.url`, (err as Error).message);
       }
       const existing = byUrl.get(origin);
-      if (existing) existing.capacity = w.capacity;
-      else {
-        const spec = { url: origin, capacity: w.capacity };
+      if (existing) {
+        existing.capacity = w.capacity;
+        if (w.api_key !== undefined) existing.apiKey = w.api_key;
+      } else {
+        const spec: WorkerSpec = { url: origin, capacity: w.capacity };
+        if (w.api_key !== undefined) spec.apiKey = w.api_key;
         workers.push(spec);
         byUrl.set(origin, spec);
       }
@@ -419,6 +472,16 @@ export function parseGatewayArgs(argv: string[]): GatewayFlags {
     requireAuth: values.require_auth as boolean,
     maxPayloadSize: values.max_payload_size as number,
     requestTimeoutSecs: values.request_timeout_secs as number,
+    upstreamConnectTimeoutSecs: values.upstream_connect_timeout_secs as number,
+    workerApiKey:
+      (values.worker_api_key as string | undefined) ?? (process.env.SLUICE_WORKER_API_KEY || undefined),
+    maxCostTokens: values.max_cost_tokens as number | undefined,
+    clientLimits: {
+      headersTimeoutSecs: values.client_headers_timeout_secs as number,
+      bodyIdleTimeoutSecs: values.client_body_idle_timeout_secs as number,
+      keepAliveTimeoutSecs: values.client_keep_alive_timeout_secs as number,
+      maxConnections: values.max_client_connections as number,
+    },
     health: {
       intervalSecs: values.health_check_interval_secs as number,
       timeoutSecs: values.health_check_timeout_secs as number,

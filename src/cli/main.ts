@@ -25,6 +25,10 @@ export async function runGatewayCli(argv: string[]): Promise<void> {
     requireAuth: flags.requireAuth,
     maxPayloadSize: flags.maxPayloadSize,
     requestTimeoutSecs: flags.requestTimeoutSecs,
+    upstreamConnectTimeoutSecs: flags.upstreamConnectTimeoutSecs,
+    workerApiKey: flags.workerApiKey,
+    maxCostTokens: flags.maxCostTokens,
+    clientLimits: flags.clientLimits,
     health: flags.health,
     pricing: flags.pricing,
     admin: flags.admin,
@@ -52,6 +56,9 @@ export async function main(argv: string[]): Promise<number> {
     else if (sub === "demo") {
       const { runDemo } = await import("./demo.js");
       await runDemo(rest);
+    } else if (sub === "simulate") {
+      const { runSimulateCli } = await import("./simulate.js");
+      await runSimulateCli(rest);
     } else await runGatewayCli(argv);
     return 0;
   } catch (err) {

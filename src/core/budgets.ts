@@ -1,11 +1,12 @@
 /**
  * Tenant budgets, checked before a request is queued (obleth's rule: queue for transient
- * contention, reject only when an explicit limit is crossed):
+ * contention, reject only when an explicit limit is crossed). A rejection carries a reason code;
+ * the gateway's error table gives its HTTP status (403 for the first three, 429 for the last):
  *
- *   403 tenant_inactive          suspended (`active: false`) or outside every access window
- *   403 model_not_allowed        the model is not on the tenant's allowlist
- *   403 tenant_budget_exhausted  the term budget (tokens or USD) of the current UTC day/month is used up
- *   429 token_budget_exceeded    the per-minute token bucket cannot cover the estimate (Retry-After)
+ *   tenant_inactive          suspended (`active: false`) or outside every access window
+ *   model_not_allowed        the model is not on the tenant's allowlist
+ *   tenant_budget_exhausted  the term budget (tokens or USD) of the current UTC day/month is used up
+ *   token_budget_exceeded    the per-minute token bucket cannot cover the estimate (retryAfterSecs)
  *
  * An admitted request holds its estimate against the bucket and the term budgets; `settle` corrects
  * them by actual - estimate once the worker reports usage (or keeps the estimate when none comes),
@@ -24,9 +25,9 @@ export type BudgetRejectionReason =
 
 export interface BudgetRejection {
   ok: false;
-  status: 403 | 429;
   code: BudgetRejectionReason;
   message: string;
+  /** When the rejection is transient (the token bucket): seconds until the estimate fits. */
   retryAfterSecs?: number;
 }
 
@@ -127,12 +128,11 @@ export class BudgetBook {
     if (compiled === undefined) return { ok: true, tenant, model, estimate, settled: false, periodStart: 0 };
     const { policy } = compiled;
     if (policy.active === false) {
-      return { ok: false, status: 403, code: "tenant_inactive", message: `tenant ${tenant} is suspended` };
+      return { ok: false, code: "tenant_inactive", message: `tenant ${tenant} is suspended` };
     }
     if (compiled.windows !== undefined && !compiled.windows.some((w) => inWindow(w, epoch))) {
       return {
         ok: false,
-        status: 403,
         code: "tenant_inactive",
         message: `tenant ${tenant} is outside its access windows (${compiled.windows.map((w) => w.text).join("; ")})`,
       };
@@ -140,7 +140,6 @@ export class BudgetBook {
     if (compiled.models !== undefined && (model === undefined || !compiled.models.has(model))) {
       return {
         ok: false,
-        status: 403,
         code: "model_not_allowed",
         message: `tenant ${tenant} may not use model ${model === undefined ? "(none given)" : JSON.stringify(model)}`,
       };
@@ -160,7 +159,6 @@ export class BudgetBook {
       if (account.bucket < need) {
         return {
           ok: false,
-          status: 429,
           code: "token_budget_exceeded",
           message: `tenant ${tenant} is over its ${tpm} tokens per minute`,
           retryAfterSecs: Math.max(1, Math.ceil(((need - account.bucket) * 60) / tpm)),
@@ -233,14 +231,13 @@ export class BudgetBook {
   private exhausted(tenant: string, policy: TenantPolicy, unit: string, limit: number): BudgetRejection {
     return {
       ok: false,
-      status: 403,
       code: "tenant_budget_exhausted",
       message: `tenant ${tenant} has used its ${limit} ${unit} budget for this ${policy.budget_period ?? "month"} (UTC)`,
     };
   }
 
   private epoch(): number {
-    return this.clock.epochMs?.() ?? Date.now();
+    return this.clock.epochMs();
   }
 
   private account(tenant: string, policy: TenantPolicy, epoch: number): TenantAccount {

@@ -11,8 +11,11 @@ export interface Clock {
   /** Calls `fn` once, `delayMs` from now. */
   setTimer(fn: () => void, delayMs: number): TimerHandle;
   clearTimer(handle: TimerHandle): void;
-  /** Wall-clock epoch milliseconds, for calendar rules (budget periods, access windows). */
-  epochMs?(): number;
+  /**
+   * Wall-clock epoch milliseconds, for calendar rules (budget periods, access windows). Required:
+   * the core never falls back to `Date.now()`, so a test or simulation clock owns calendar time too.
+   */
+  epochMs(): number;
 }
 
 // Bound once: the global `performance` is a lazy getter, and now() runs twice per queued request.

@@ -1,10 +1,13 @@
 /**
  * Scheduler configuration: the per-class knobs, the tenant policies, the built-in defaults table
- * of the contract, and validation whose errors name the offending key
- * (`classes.bulk.queue_timeout_secs: must be > 0`).
+ * of the contract, and validation of a plain, already-parsed object whose errors name the
+ * offending key (`classes.bulk.queue_timeout_secs: must be > 0`).
+ *
+ * No parsing library here: YAML and the file schemas live in src/config/ (zod), beside the CLI's
+ * config loading. The messages below are the same ones the file schemas give, so a value is
+ * reported alike whether it came from a YAML file or from `createScheduler` options
+ * (test/core/config.test.ts checks that the two agree).
  */
-import { parse as parseYamlText } from "yaml";
-import { z } from "zod";
 import { parseAccessWindow } from "./access-window.js";
 import { CLASS_RANK, PRIORITY_CLASSES, type PriorityClass } from "./class.js";
 import { ConfigError } from "./errors.js";
@@ -85,114 +88,207 @@ export interface TenantPolicy {
   access_windows?: string[] | undefined;
 }
 
-const classEnum = z.enum(PRIORITY_CLASSES, {
-  error: () => `must be one of ${PRIORITY_CLASSES.join(", ")}`,
-});
-
-const nonNegativeInt = z
-  .number({ error: "must be a number" })
-  .int("must be an integer")
-  .min(0, "must be >= 0");
-const positiveSecs = z.number({ error: "must be a number" }).gt(0, "must be > 0");
-
-export const classSettingsSchema = z.strictObject({
-  reserved_floor: nonNegativeInt.optional(),
-  reserved_per_slot: z
-    .number({ error: "must be a finite number >= 0" })
-    .min(0, "must be a finite number >= 0")
-    .optional(),
-  queue_size: nonNegativeInt.optional(),
-  queue_timeout_secs: positiveSecs.optional(),
-  starvation_threshold_secs: positiveSecs.optional(),
-  can_preempt: z.boolean({ error: "must be true or false" }).optional(),
-});
-
-/** The keys of a tenant policy that the core scheduler reads; other layers extend this shape. */
-export const tenantPolicyShape = {
-  max_class: classEnum.optional(),
-  weight: z.number({ error: "must be a number" }).gt(0, "must be > 0").optional(),
-  tokens_per_minute: z.number({ error: "must be a number" }).gt(0, "must be > 0").optional(),
-  budget_tokens: z.number({ error: "must be a number" }).min(0, "must be >= 0").optional(),
-  budget_cost_usd: z.number({ error: "must be a number" }).min(0, "must be >= 0").optional(),
-  budget_period: z.enum(["day", "month"], { error: () => "must be day or month" }).optional(),
-  models: z
-    .array(z.string({ error: "must be a model name" }), { error: "must be a list of model names" })
-    .optional(),
-  active: z.boolean({ error: "must be true or false" }).optional(),
-  access_windows: z
-    .array(
-      z.string({ error: 'must be a window such as "Mon-Fri 08:00-20:00 UTC"' }).superRefine((text, ctx) => {
-        try {
-          parseAccessWindow(text);
-        } catch (err) {
-          ctx.addIssue({ code: "custom", message: (err as Error).message });
-        }
-      }),
-      { error: "must be a list of windows" },
-    )
-    .optional(),
-};
-
 /** `pricing` in the gateway YAML: USD per million tokens, per model. */
-export const pricingSchema = z.record(
-  z.string(),
-  z.strictObject({
-    input_per_mtok: z.number({ error: "must be a number" }).min(0, "must be >= 0"),
-    output_per_mtok: z.number({ error: "must be a number" }).min(0, "must be >= 0"),
-  }),
-);
-export type Pricing = z.infer<typeof pricingSchema>;
+export interface ModelPrice {
+  input_per_mtok: number;
+  output_per_mtok: number;
+}
+export type Pricing = Record<string, ModelPrice>;
 
-export const tenantPolicySchema = z.strictObject(tenantPolicyShape);
-
-export const schedulerFileSchema = z.strictObject({
-  classes: z
-    .strictObject({
-      system: classSettingsSchema.nullish(),
-      interactive: classSettingsSchema.nullish(),
-      default: classSettingsSchema.nullish(),
-      bulk: classSettingsSchema.nullish(),
-    })
-    .nullish(),
-  tenant_policies: z.record(z.string(), tenantPolicySchema.nullish()).nullish(),
-});
-
-export type SchedulerFileConfig = z.infer<typeof schedulerFileSchema>;
+/** Per-class overrides on top of the built-in defaults (the YAML's `classes` shape). */
 export type ClassOverrides = Partial<Record<PriorityClass, Partial<ClassSettings> | null | undefined>>;
 
-/** Turns the first zod issue into a ConfigError naming the key. */
-export function toConfigError(error: z.ZodError, prefix = ""): ConfigError {
-  const issue = error.issues[0];
-  if (issue === undefined) return new ConfigError(prefix, "invalid");
-  const path = [prefix, ...issue.path.map(String)].filter((p) => p !== "").join(".");
-  if (issue.code === "unrecognized_keys") {
-    const key = issue.keys[0] ?? "";
-    const at = path ? `${path}.${key}` : key;
-    // The mapping of class names, not any key that happens to end in "classes" (a tenant "auth:classes").
-    if (issue.path.at(-1) === "classes" && issue.path.at(-2) !== "tenant_policies") {
-      return new ConfigError(at, `unknown class (expected one of ${PRIORITY_CLASSES.join(", ")})`);
-    }
-    return new ConfigError(at, "unknown key");
+/** The keys of a class block, in the order they are checked. */
+export const CLASS_SETTING_KEYS = [
+  "reserved_floor",
+  "reserved_per_slot",
+  "queue_size",
+  "queue_timeout_secs",
+  "starvation_threshold_secs",
+  "can_preempt",
+] as const satisfies readonly (keyof ClassSettings)[];
+
+/** The keys of a tenant policy, in the order they are checked. */
+export const TENANT_POLICY_KEYS = [
+  "max_class",
+  "weight",
+  "tokens_per_minute",
+  "budget_tokens",
+  "budget_cost_usd",
+  "budget_period",
+  "models",
+  "active",
+  "access_windows",
+] as const satisfies readonly (keyof TenantPolicy)[];
+
+/** The messages every validator of these settings gives (the file schemas in src/config too). */
+export const CONFIG_MESSAGES = {
+  mapping: "must be a mapping",
+  number: "must be a number",
+  integer: "must be an integer",
+  atLeastZero: "must be >= 0",
+  aboveZero: "must be > 0",
+  share: "must be a finite number >= 0",
+  boolean: "must be true or false",
+  className: `must be one of ${PRIORITY_CLASSES.join(", ")}`,
+  period: "must be day or month",
+  models: "must be a list of model names",
+  model: "must be a model name",
+  windows: "must be a list of windows",
+  window: 'must be a window such as "Mon-Fri 08:00-20:00 UTC"',
+  unknownKey: "unknown key",
+  unknownClass: `unknown class (expected one of ${PRIORITY_CLASSES.join(", ")})`,
+} as const;
+
+const M = CONFIG_MESSAGES;
+
+function isMapping(value: unknown): value is Record<string, unknown> {
+  return typeof value === "object" && value !== null && !Array.isArray(value);
+}
+
+/** A finite number (NaN and infinities are not numbers here, as in the file schemas). */
+function finite(value: unknown, path: string): number {
+  if (typeof value !== "number" || !Number.isFinite(value)) throw new ConfigError(path, M.number);
+  return value;
+}
+
+function nonNegativeInt(value: unknown, path: string): number {
+  const n = finite(value, path);
+  if (!Number.isSafeInteger(n)) throw new ConfigError(path, M.integer);
+  if (n < 0) throw new ConfigError(path, M.atLeastZero);
+  return n;
+}
+
+function positive(value: unknown, path: string): number {
+  const n = finite(value, path);
+  if (!(n > 0)) throw new ConfigError(path, M.aboveZero);
+  return n;
+}
+
+function nonNegative(value: unknown, path: string): number {
+  const n = finite(value, path);
+  if (n < 0) throw new ConfigError(path, M.atLeastZero);
+  return n;
+}
+
+function bool(value: unknown, path: string): boolean {
+  if (typeof value !== "boolean") throw new ConfigError(path, M.boolean);
+  return value;
+}
+
+/** Throws for the first key of `raw` outside `known` (checked after the known keys, as zod does). */
+function rejectUnknownKeys(raw: Record<string, unknown>, known: readonly string[], path: string): void {
+  for (const key of Object.keys(raw)) {
+    if (!known.includes(key)) throw new ConfigError(path ? `${path}.${key}` : key, M.unknownKey);
   }
-  return new ConfigError(path, issue.message);
 }
 
 /**
- * Resolves the per-class settings: built-in defaults with the YAML's per-class fields on top.
- * As in the contract, `reserved_per_slot` omitted from a class block that is present means 0.0
- * (purely absolute); every other omitted field keeps the class's built-in default.
+ * Validates one class block (`classes.<class>`): every field optional, no other key. Returns a
+ * copy holding only the fields that were given.
  */
-export function resolveClassSettings(overrides: ClassOverrides | null | undefined): ClassSettingsTable {
+export function validateClassBlock(raw: unknown, path: string): Partial<ClassSettings> {
+  if (!isMapping(raw)) throw new ConfigError(path, M.mapping);
+  const out: Partial<ClassSettings> = {};
+  const at = (key: string) => `${path}.${key}`;
+  if (raw.reserved_floor !== undefined)
+    out.reserved_floor = nonNegativeInt(raw.reserved_floor, at("reserved_floor"));
+  if (raw.reserved_per_slot !== undefined) {
+    const share = raw.reserved_per_slot;
+    if (typeof share !== "number" || !Number.isFinite(share) || share < 0) {
+      throw new ConfigError(at("reserved_per_slot"), M.share);
+    }
+    out.reserved_per_slot = share;
+  }
+  if (raw.queue_size !== undefined) out.queue_size = nonNegativeInt(raw.queue_size, at("queue_size"));
+  if (raw.queue_timeout_secs !== undefined) {
+    out.queue_timeout_secs = positive(raw.queue_timeout_secs, at("queue_timeout_secs"));
+  }
+  if (raw.starvation_threshold_secs !== undefined) {
+    out.starvation_threshold_secs = positive(raw.starvation_threshold_secs, at("starvation_threshold_secs"));
+  }
+  if (raw.can_preempt !== undefined) out.can_preempt = bool(raw.can_preempt, at("can_preempt"));
+  rejectUnknownKeys(raw, CLASS_SETTING_KEYS, path);
+  return out;
+}
+
+/** Validates one tenant policy (`tenant_policies.<tenant>`); null or absent is an empty policy. */
+export function validateTenantPolicy(raw: unknown, path: string): TenantPolicy {
+  if (raw === null || raw === undefined) return {};
+  if (!isMapping(raw)) throw new ConfigError(path, M.mapping);
+  const out: TenantPolicy = {};
+  const at = (key: string) => `${path}.${key}`;
+  if (raw.max_class !== undefined) {
+    if (typeof raw.max_class !== "string" || !isClassName(raw.max_class)) {
+      throw new ConfigError(at("max_class"), M.className);
+    }
+    out.max_class = raw.max_class;
+  }
+  if (raw.weight !== undefined) out.weight = positive(raw.weight, at("weight"));
+  if (raw.tokens_per_minute !== undefined) {
+    out.tokens_per_minute = positive(raw.tokens_per_minute, at("tokens_per_minute"));
+  }
+  if (raw.budget_tokens !== undefined)
+    out.budget_tokens = nonNegative(raw.budget_tokens, at("budget_tokens"));
+  if (raw.budget_cost_usd !== undefined) {
+    out.budget_cost_usd = nonNegative(raw.budget_cost_usd, at("budget_cost_usd"));
+  }
+  if (raw.budget_period !== undefined) {
+    if (raw.budget_period !== "day" && raw.budget_period !== "month") {
+      throw new ConfigError(at("budget_period"), M.period);
+    }
+    out.budget_period = raw.budget_period;
+  }
+  if (raw.models !== undefined) {
+    const models = raw.models;
+    if (!Array.isArray(models)) throw new ConfigError(at("models"), M.models);
+    models.forEach((model, i) => {
+      if (typeof model !== "string") throw new ConfigError(`${at("models")}.${i}`, M.model);
+    });
+    out.models = [...(models as string[])];
+  }
+  if (raw.active !== undefined) out.active = bool(raw.active, at("active"));
+  if (raw.access_windows !== undefined) {
+    const windows = raw.access_windows;
+    if (!Array.isArray(windows)) throw new ConfigError(at("access_windows"), M.windows);
+    windows.forEach((text, i) => {
+      const where = `${at("access_windows")}.${i}`;
+      if (typeof text !== "string") throw new ConfigError(where, M.window);
+      try {
+        parseAccessWindow(text);
+      } catch (err) {
+        throw new ConfigError(where, (err as Error).message);
+      }
+    });
+    out.access_windows = [...(windows as string[])];
+  }
+  rejectUnknownKeys(raw, TENANT_POLICY_KEYS, path);
+  return out;
+}
+
+function isClassName(value: string): value is PriorityClass {
+  return Object.hasOwn(CLASS_RANK, value);
+}
+
+/**
+ * Resolves the per-class settings: built-in defaults with the given per-class fields on top, each
+ * validated. As in the contract, `reserved_per_slot` omitted from a class block that is present
+ * means 0.0 (purely absolute); every other omitted field keeps the class's built-in default. A
+ * complete table (every field of every class) resolves to itself.
+ */
+export function resolveClassSettings(
+  overrides: ClassOverrides | ClassSettingsTable | null | undefined,
+): ClassSettingsTable {
+  if (overrides !== null && overrides !== undefined && !isMapping(overrides)) {
+    throw new ConfigError("classes", M.mapping);
+  }
+  const raw = (overrides ?? {}) as Record<string, unknown>;
   const table = {} as Record<PriorityClass, ClassSettings>;
   for (const cls of PRIORITY_CLASSES) {
     const base = BUILTIN_CLASS_DEFAULTS[cls];
-    const raw = overrides?.[cls];
-    let override: Partial<ClassSettings> | undefined;
-    if (raw !== undefined && raw !== null) {
-      const parsed = classSettingsSchema.safeParse(raw);
-      if (!parsed.success) throw toConfigError(parsed.error, `classes.${cls}`);
-      override = parsed.data;
-    }
+    const block = raw[cls];
+    const override =
+      block === undefined || block === null ? undefined : validateClassBlock(block, `classes.${cls}`);
     table[cls] = override
       ? {
           reserved_floor: override.reserved_floor ?? base.reserved_floor,
@@ -204,66 +300,23 @@ export function resolveClassSettings(overrides: ClassOverrides | null | undefine
         }
       : { ...base };
   }
-  if (overrides) {
-    for (const key of Object.keys(overrides)) {
-      if (!(key in CLASS_RANK)) {
-        throw new ConfigError(
-          `classes.${key}`,
-          `unknown class (expected one of ${PRIORITY_CLASSES.join(", ")})`,
-        );
-      }
-    }
+  for (const key of Object.keys(raw)) {
+    if (!isClassName(key)) throw new ConfigError(`classes.${key}`, M.unknownClass);
   }
   return table;
 }
 
 /** Validates a tenant policy map (keys are tenant keys such as `auth:acme`). */
 export function resolveTenantPolicies(
-  raw: Record<string, unknown> | null | undefined,
+  raw: ReadonlyMap<string, unknown> | Record<string, unknown> | null | undefined,
 ): ReadonlyMap<string, TenantPolicy> {
   const out = new Map<string, TenantPolicy>();
-  if (!raw) return out;
-  for (const [tenant, value] of Object.entries(raw)) {
-    const parsed = tenantPolicySchema.safeParse(value ?? {});
-    if (!parsed.success) throw toConfigError(parsed.error, `tenant_policies.${tenant}`);
-    out.set(tenant, parsed.data);
+  if (raw === null || raw === undefined) return out;
+  const entries = raw instanceof Map ? raw.entries() : Object.entries(raw);
+  for (const [tenant, value] of entries) {
+    out.set(tenant, validateTenantPolicy(value, `tenant_policies.${tenant}`));
   }
   return out;
-}
-
-export interface SchedulerFileSettings {
-  classes: ClassSettingsTable;
-  tenantPolicies: ReadonlyMap<string, TenantPolicy>;
-}
-
-/**
- * Parses and validates the `--priority-scheduler-config` document (`classes`, `tenant_policies`).
- * An empty document means built-in defaults and no tenant policies.
- */
-export function parseSchedulerConfig(doc: unknown): SchedulerFileSettings {
-  if (doc === null || doc === undefined) {
-    return { classes: resolveClassSettings(undefined), tenantPolicies: new Map() };
-  }
-  if (typeof doc !== "object" || Array.isArray(doc)) {
-    throw new ConfigError("", "the priority scheduler config must be a YAML mapping");
-  }
-  const parsed = schedulerFileSchema.safeParse(doc);
-  if (!parsed.success) throw toConfigError(parsed.error);
-  return {
-    classes: resolveClassSettings(parsed.data.classes as ClassOverrides),
-    tenantPolicies: resolveTenantPolicies(parsed.data.tenant_policies ?? undefined),
-  };
-}
-
-/** Parses YAML text into the scheduler settings; syntax errors name the line. */
-export function parseSchedulerYaml(text: string): SchedulerFileSettings {
-  let doc: unknown;
-  try {
-    doc = parseYamlText(text);
-  } catch (err) {
-    throw new ConfigError("", `invalid YAML: ${(err as Error).message.split("\n")[0]}`);
-  }
-  return parseSchedulerConfig(doc);
 }
 
 /**
@@ -272,4 +325,10 @@ export function parseSchedulerYaml(text: string): SchedulerFileSettings {
  */
 export function requiredReservation(settings: Readonly<ClassSettings>, capacity: number): number {
   return Math.max(settings.reserved_floor, Math.ceil(settings.reserved_per_slot * capacity));
+}
+
+/** The priority-scheduler settings once a file (or any source) has been parsed and validated. */
+export interface SchedulerFileSettings {
+  classes: ClassSettingsTable;
+  tenantPolicies: ReadonlyMap<string, TenantPolicy>;
 }

@@ -15,14 +15,7 @@
  *   its own or a higher class ahead of it takes the slot of one victim (strictly lower class, no
  *   first byte yet, lowest class first, then most recently admitted).
  */
-import {
-  CLASS_COUNT,
-  CLASS_RANK,
-  classOfRank,
-  PRIORITY_CLASSES,
-  type PriorityClass,
-  parsePriority,
-} from "./class.js";
+import { CLASS_COUNT, CLASS_RANK, classOfRank, type PriorityClass, parsePriority } from "./class.js";
 import { type Clock, realClock } from "./clock.js";
 import {
   type ClassOverrides,
@@ -42,15 +35,19 @@ import {
   type SchedulerSnapshot,
 } from "./events.js";
 import { FairQueue, type Flow, type QueueItem } from "./fair-queue.js";
-import { Permit, type PermitOwner, PreemptibleSet } from "./inflight.js";
+import { type Permit, type PermitOwner, PreemptibleSet, SchedulerPermit } from "./inflight.js";
+import type { CancelSignal } from "./signal.js";
 import { Slots } from "./slots.js";
 
 export interface SchedulerOptions {
   /** Total concurrent requests the fleet can run. */
   capacity: number;
-  /** Per-class overrides on top of the built-in defaults (YAML shape). */
+  /**
+   * Per-class overrides on top of the built-in defaults (the YAML's shape), or a complete table.
+   * Validated: a bad value throws a ConfigError naming the key.
+   */
   classes?: ClassOverrides | ClassSettingsTable;
-  /** Tenant key -> policy (`max_class`, `weight`). */
+  /** Tenant key -> policy (`max_class`, `weight`); validated like `classes`. */
   tenantPolicies?: ReadonlyMap<string, TenantPolicy> | Record<string, TenantPolicy>;
   /** Ceiling for tenants without a policy (default `default`). */
   defaultMaxClass?: PriorityClass;
@@ -65,13 +62,24 @@ export interface AcquireOptions {
   tenant?: string;
   /** Estimated cost (tokens) for fair queuing; default 1. */
   cost?: number;
-  /** Aborting it while queued rejects with 499 `scheduler_client_cancelled` and frees the queue place. */
-  signal?: AbortSignal | undefined;
+  /**
+   * Aborting it while queued rejects with ClientCancelledError (`scheduler_client_cancelled`) and
+   * frees the queue place. An AbortSignal, or any object with the same three members.
+   */
+  signal?: CancelSignal | undefined;
 }
 
 export interface Scheduler {
   acquire(options?: AcquireOptions): Promise<Permit>;
-  /** Corrects the tenant's fair-queue flow once the request's actual cost is known. */
+  /**
+   * Reports a request's actual cost (tokens) once known: it replaces the estimate charged to the
+   * tenant's fair-share counter at admission, with no clamping (an overestimate is credited back).
+   * Works for every permit, fast path or queued, before or after `release()`. A second call
+   * corrects relative to the first (the last value reported stands). Ignored for a preempted
+   * permit (it was refunded in full) and for a value that is not a number >= 0; values above
+   * 2^40 count as 2^40. `adjustCost(permit, 0)` refunds a request that produced nothing.
+   * Same as `permit.settle(actualCost)`.
+   */
   adjustCost(permit: Permit, actualCost: number): void;
   /** Applies a live capacity; reservations are re-derived and waiters admitted as room appears. */
   setCapacity(capacity: number): void;
@@ -98,7 +106,6 @@ class Waiter implements QueueItem {
   readonly cost: number;
   readonly seq: number;
   weight: number;
-  tag = 0;
   flow: Flow<this> | null = null;
   prevInFlow: this | null = null;
   nextInFlow: this | null = null;
@@ -107,9 +114,9 @@ class Waiter implements QueueItem {
   readonly rank: number;
   readonly requestedRank: number;
   readonly enqueuedAt: number;
-  resolve!: (permit: Permit) => void;
+  resolve!: (permit: SchedulerPermit) => void;
   reject!: (error: Error) => void;
-  signal: AbortSignal | undefined;
+  signal: CancelSignal | undefined;
   onAbort: (() => void) | undefined;
 
   constructor(
@@ -134,33 +141,11 @@ class Waiter implements QueueItem {
 interface ResolvedTenant {
   maxRank: number;
   weight: number;
-}
-
-function toPolicyMap(
-  policies: ReadonlyMap<string, TenantPolicy> | Record<string, TenantPolicy> | undefined,
-): ReadonlyMap<string, TenantPolicy> {
-  if (policies === undefined) return new Map();
-  if (policies instanceof Map) return resolveTenantPolicies(Object.fromEntries(policies));
-  return resolveTenantPolicies(policies as Record<string, unknown>);
-}
-
-function isSettingsTable(
-  classes: ClassOverrides | ClassSettingsTable | undefined,
-): classes is ClassSettingsTable {
-  if (classes === undefined) return false;
-  return PRIORITY_CLASSES.every((c) => {
-    const s = (classes as ClassOverrides)[c];
-    return (
-      s !== undefined &&
-      s !== null &&
-      typeof s.reserved_floor === "number" &&
-      typeof s.reserved_per_slot === "number" &&
-      typeof s.queue_size === "number" &&
-      typeof s.queue_timeout_secs === "number" &&
-      typeof s.starvation_threshold_secs === "number" &&
-      typeof s.can_preempt === "boolean"
-    );
-  });
+  /**
+   * The tenant's flow in each class's queue, kept here so an admission skips the queue's map (a
+   * cache: a pruned flow is looked up again). Null for the record shared by tenants without a policy.
+   */
+  flows: Array<Flow<Waiter> | null> | null;
 }
 
 function assertCapacity(capacity: number): void {
@@ -205,9 +190,8 @@ class PriorityScheduler implements Scheduler, PermitOwner {
     this.clock = options.clock ?? realClock;
     this.timer = new DeadlineTimer(this.clock, () => this.onTimer());
     this.observer = options.observer ?? {};
-    this.settings = isSettingsTable(options.classes)
-      ? options.classes
-      : resolveClassSettings(options.classes);
+    // A complete table resolves to itself; either way every value is checked.
+    this.settings = resolveClassSettings(options.classes);
     Slots.assertFits(this.settings, options.capacity);
     this.slots = new Slots(this.settings, options.capacity);
     for (let rank = 0; rank < CLASS_COUNT; rank++) {
@@ -220,7 +204,11 @@ class PriorityScheduler implements Scheduler, PermitOwner {
       this.admissionCounts.push(ADMISSION_OUTCOMES.map(() => 0));
       this.preemptionCounts.push([0, 0, 0, 0]);
     }
-    this.defaultTenant = { maxRank: CLASS_RANK[options.defaultMaxClass ?? "default"], weight: 1 };
+    this.defaultTenant = {
+      maxRank: CLASS_RANK[options.defaultMaxClass ?? "default"],
+      weight: 1,
+      flows: null,
+    };
     this.setTenantPolicies(options.tenantPolicies ?? new Map(), options.defaultMaxClass);
   }
 
@@ -240,14 +228,15 @@ class PriorityScheduler implements Scheduler, PermitOwner {
     policies: ReadonlyMap<string, TenantPolicy> | Record<string, TenantPolicy>,
     defaultMaxClass?: PriorityClass,
   ): void {
-    const map = toPolicyMap(policies);
+    const map = resolveTenantPolicies(policies);
     if (defaultMaxClass !== undefined)
-      this.defaultTenant = { maxRank: CLASS_RANK[defaultMaxClass], weight: 1 };
+      this.defaultTenant = { maxRank: CLASS_RANK[defaultMaxClass], weight: 1, flows: null };
     const tenants = new Map<string, ResolvedTenant>();
     for (const [key, policy] of map) {
       tenants.set(key, {
         maxRank: policy.max_class !== undefined ? CLASS_RANK[policy.max_class] : this.defaultTenant.maxRank,
         weight: policy.weight ?? 1,
+        flows: [null, null, null, null],
       });
     }
     this.tenants = tenants;
@@ -293,12 +282,12 @@ class PriorityScheduler implements Scheduler, PermitOwner {
 
     const nothingAhead = this.queuedTotal === 0 || !this.waitersAtOrAbove(rank);
     if (nothingAhead && this.slots.headroom(rank) > 0) {
-      return Promise.resolve(this.admitNew(rank, requested, tenant, cost, policy.weight));
+      return Promise.resolve(this.admitNew(rank, requested, tenant, cost, policy));
     }
     if (nothingAhead && this.canPreempt[rank]) {
       const victim = this.preemptible.victimBelow(rank);
       if (victim !== null)
-        return Promise.resolve(this.preemptFor(victim, rank, requested, tenant, cost, policy.weight));
+        return Promise.resolve(this.preemptFor(victim, rank, requested, tenant, cost, policy));
     }
 
     const queue = this.queues[rank]!;
@@ -306,13 +295,12 @@ class PriorityScheduler implements Scheduler, PermitOwner {
       this.count(rank, "rejected_queue_full", tenant);
       return Promise.reject(new QueueFullError(classOfRank(rank), this.queueLimit[rank]!));
     }
-    return this.enqueue(rank, requested, tenant, cost, policy.weight, signal);
+    return this.enqueue(rank, requested, tenant, cost, policy, signal);
   }
 
   adjustCost(permit: Permit, actualCost: number): void {
-    // Only requests that went through a queue were charged to their flow.
-    if (permit.admission !== "queued" || !Number.isFinite(actualCost) || actualCost < 0) return;
-    this.queues[permit.rank]!.charge(permit.tenant, permit.weight, actualCost - permit.cost);
+    // The permit calls back into its own scheduler (settlePermit), never into another one's queues.
+    permit.settle(actualCost);
   }
 
   setCapacity(capacity: number): void {
@@ -323,14 +311,20 @@ class PriorityScheduler implements Scheduler, PermitOwner {
 
   // --- PermitOwner -------------------------------------------------------------------------
 
-  releasePermit(permit: Permit): void {
-    if (permit.preempted) return; // its slot already went to the preemptor
+  settlePermit(permit: SchedulerPermit, actualCost: number): void {
+    if (permit.preempted) return; // refunded in full when it was preempted
+    this.queues[permit.rank]!.correct(permit, actualCost);
+  }
+
+  releasePermit(permit: SchedulerPermit): void {
+    if (permit.preempted) return; // its slot already went to the preemptor, its charge was refunded
+    this.queues[permit.rank]!.settle(permit); // without a correction the estimate stands
     this.preemptible.remove(permit);
     this.slots.give(permit.rank);
     if (this.queuedTotal > 0) this.dispatch();
   }
 
-  firstBytePermit(permit: Permit): void {
+  firstBytePermit(permit: SchedulerPermit): void {
     this.preemptible.remove(permit);
   }
 
@@ -341,9 +335,28 @@ class PriorityScheduler implements Scheduler, PermitOwner {
     return false;
   }
 
-  private admitNew(rank: number, requested: number, tenant: string, cost: number, weight: number): Permit {
+  /** The tenant's flow in a class's queue (configured tenants keep it on their policy record). */
+  private flowOf(policy: ResolvedTenant, rank: number, tenant: string): Flow<Waiter> {
+    const cache = policy.flows;
+    if (cache === null) return this.queues[rank]!.flowFor(tenant, policy.weight);
+    const cached = cache[rank]!;
+    if (cached?.live) return cached;
+    const flow = this.queues[rank]!.flowFor(tenant, policy.weight);
+    cache[rank] = flow;
+    return flow;
+  }
+
+  private admitNew(
+    rank: number,
+    requested: number,
+    tenant: string,
+    cost: number,
+    policy: ResolvedTenant,
+  ): SchedulerPermit {
     this.slots.take(rank);
-    const permit = new Permit(this, rank, requested, tenant, cost, weight, 0, "fast", false);
+    const permit = new SchedulerPermit(this, rank, requested, tenant, cost, policy.weight, 0, "fast", false);
+    // Fast-path admissions are charged like any other: a burst into an idle class is service too.
+    this.queues[rank]!.charge(permit, cost, true, this.flowOf(policy, rank, tenant));
     this.preemptible.add(permit);
     this.count(rank, "admitted", tenant);
     this.observer.queueWait?.(classOfRank(rank), 0, "admitted");
@@ -351,20 +364,23 @@ class PriorityScheduler implements Scheduler, PermitOwner {
   }
 
   private preemptFor(
-    victim: Permit,
+    victim: SchedulerPermit,
     rank: number,
     requested: number,
     tenant: string,
     cost: number,
-    weight: number,
-  ): Permit {
+    policy: ResolvedTenant,
+  ): SchedulerPermit {
     this.preemptible.remove(victim);
     this.slots.transfer(victim.rank, rank);
+    // Preempted before its first byte: nothing was served, the whole charge comes back.
+    this.queues[victim.rank]!.refund(victim);
     victim.markPreempted(rank);
     this.preemptionCounts[victim.rank]![rank]!++;
     this.observer.preemption?.(classOfRank(victim.rank), classOfRank(rank));
     this.count(victim.rank, "preempted", victim.tenant);
-    const permit = new Permit(this, rank, requested, tenant, cost, weight, 0, "fast", false);
+    const permit = new SchedulerPermit(this, rank, requested, tenant, cost, policy.weight, 0, "fast", false);
+    this.queues[rank]!.charge(permit, cost, true, this.flowOf(policy, rank, tenant));
     this.preemptible.add(permit);
     this.count(rank, "admitted", tenant);
     this.observer.queueWait?.(classOfRank(rank), 0, "admitted");
@@ -376,16 +392,16 @@ class PriorityScheduler implements Scheduler, PermitOwner {
     requested: number,
     tenant: string,
     cost: number,
-    weight: number,
-    signal: AbortSignal | undefined,
+    policy: ResolvedTenant,
+    signal: CancelSignal | undefined,
   ): Promise<Permit> {
     const now = this.clock.now();
-    const waiter = new Waiter(tenant, cost, weight, this.seq++, rank, requested, now);
-    const promise = new Promise<Permit>((resolve, reject) => {
+    const waiter = new Waiter(tenant, cost, policy.weight, this.seq++, rank, requested, now);
+    const promise = new Promise<SchedulerPermit>((resolve, reject) => {
       waiter.resolve = resolve;
       waiter.reject = reject;
     });
-    this.queues[rank]!.push(waiter);
+    this.queues[rank]!.push(waiter, this.flowOf(policy, rank, tenant));
     this.queuedTotal++;
     if (signal !== undefined) {
       waiter.signal = signal;
@@ -413,7 +429,7 @@ class PriorityScheduler implements Scheduler, PermitOwner {
     this.detach(waiter);
     this.slots.take(waiter.rank);
     const waitMs = now - waiter.enqueuedAt;
-    const permit = new Permit(
+    const permit = new SchedulerPermit(
       this,
       waiter.rank,
       waiter.requestedRank,
@@ -424,6 +440,8 @@ class PriorityScheduler implements Scheduler, PermitOwner {
       "queued",
       promoted,
     );
+    // The waiter has left its flow (pop or serveOutOfOrder); charge its estimate.
+    this.queues[waiter.rank]!.charge(permit, waiter.cost, false);
     this.preemptible.add(permit);
     const cls = classOfRank(waiter.rank);
     if (promoted) {
@@ -500,7 +518,9 @@ class PriorityScheduler implements Scheduler, PermitOwner {
     for (let r = 0; r < CLASS_COUNT; r++) {
       const queue = this.queues[r]!;
       const limit = this.timeoutMs[r]!;
-      for (let w = queue.oldest(); w !== null && now - w.enqueuedAt >= limit; w = queue.oldest()) {
+      // Same expression as the deadline the timer was armed at (rearm): `now - enqueuedAt >= limit`
+      // can be false by one ulp for fractional times, and the timer would fire again and again.
+      for (let w = queue.oldest(); w !== null && w.enqueuedAt + limit <= now; w = queue.oldest()) {
         queue.remove(w);
         this.detach(w);
         const cls = classOfRank(r);

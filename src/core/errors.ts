@@ -1,7 +1,8 @@
 /**
  * Typed admission errors with stable codes, in the style of undici/fastify: callers switch on
- * `code` (never on the message), and the gateway maps `status`, `code` and `retryAfterSecs`
- * straight onto the HTTP answer.
+ * `code` (never on the message). A core error says why admission failed, not how to answer it:
+ * it carries no HTTP status. The gateway's error table (src/gateway/error-table.ts) maps each code
+ * to its status and Retry-After rule.
  */
 import type { PriorityClass } from "./class.js";
 
@@ -18,8 +19,6 @@ export class AdmissionError extends Error {
   override readonly name: string = "AdmissionError";
   /** Stable machine-readable code; also sent as `X-SMG-Error-Code`. */
   readonly code: AdmissionErrorCode;
-  /** HTTP status the gateway answers with. */
-  readonly status: number;
   /** Seconds a client should wait before retrying, when the contract says so. */
   readonly retryAfterSecs: number | undefined;
   /** Effective class of the request, when the scheduler had resolved one. */
@@ -27,13 +26,11 @@ export class AdmissionError extends Error {
 
   constructor(
     code: AdmissionErrorCode,
-    status: number,
     message: string,
     options: { retryAfterSecs?: number; priorityClass?: PriorityClass } = {},
   ) {
     super(message);
     this.code = code;
-    this.status = status;
     this.retryAfterSecs = options.retryAfterSecs;
     this.priorityClass = options.priorityClass;
   }
@@ -42,14 +39,14 @@ export class AdmissionError extends Error {
 export class QueueFullError extends AdmissionError {
   override readonly name = "QueueFullError";
   constructor(cls: PriorityClass, limit: number) {
-    super("scheduler_queue_full", 429, `the ${cls} queue is full (${limit} waiting)`, { priorityClass: cls });
+    super("scheduler_queue_full", `the ${cls} queue is full (${limit} waiting)`, { priorityClass: cls });
   }
 }
 
 export class QueueTimeoutError extends AdmissionError {
   override readonly name = "QueueTimeoutError";
   constructor(cls: PriorityClass, timeoutSecs: number) {
-    super("scheduler_queue_timeout", 408, `waited ${timeoutSecs}s in the ${cls} queue without admission`, {
+    super("scheduler_queue_timeout", `waited ${timeoutSecs}s in the ${cls} queue without admission`, {
       priorityClass: cls,
     });
   }
@@ -60,7 +57,6 @@ export class PreemptedError extends AdmissionError {
   constructor(cls: PriorityClass, byClass: PriorityClass) {
     super(
       "scheduler_preempted",
-      503,
       `the ${cls} request was preempted before its first byte by a ${byClass} request`,
       { retryAfterSecs: 1, priorityClass: cls },
     );
@@ -73,7 +69,7 @@ export class ClientCancelledError extends AdmissionError {
     cls: PriorityClass | undefined,
     code: "scheduler_client_cancelled" | "admission_client_cancelled",
   ) {
-    super(code, 499, "the client went away before admission completed", cls ? { priorityClass: cls } : {});
+    super(code, "the client went away before admission completed", cls ? { priorityClass: cls } : {});
   }
 }
 

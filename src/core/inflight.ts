@@ -10,43 +10,103 @@
  */
 import { CLASS_COUNT, classOfRank, type PriorityClass } from "./class.js";
 import { PreemptedError } from "./errors.js";
+import type { Charge, Flow } from "./fair-queue.js";
 
-/** What a permit calls back into when its holder is done. */
+/** @internal What a permit calls back into when its holder is done. */
 export interface PermitOwner {
-  releasePermit(permit: Permit): void;
-  firstBytePermit(permit: Permit): void;
+  releasePermit(permit: SchedulerPermit): void;
+  firstBytePermit(permit: SchedulerPermit): void;
+  settlePermit(permit: SchedulerPermit, actualCost: number): void;
 }
 
 export type AdmissionKind = "fast" | "queued";
 
-export class Permit {
-  /** Effective class rank (0 bulk .. 3 system). */
-  rank: number;
+/**
+ * An admitted request's hold on a slot, as its holder sees it: read-only facts about the
+ * admission, and the four things a holder does (watch for preemption, mark the first byte, report
+ * the actual cost, release). It has every member of the gateway's `Slot` (src/state/backend.ts),
+ * so the gateway holds the permit itself.
+ */
+export interface Permit {
+  /** The effective class the request runs under (the requested one, capped by the tenant's max_class). */
+  readonly class: PriorityClass;
+  /** Alias of `class`. */
+  readonly effectiveClass: PriorityClass;
+  /** The class the request asked for. */
+  readonly requestedClass: PriorityClass;
+  readonly tenant: string;
+  /** The estimated cost (tokens) charged to the tenant at admission. */
+  readonly cost: number;
+  /** `fast` = admitted without waiting; `queued` = admitted after waiting. */
+  readonly admission: AdmissionKind;
+  /** Milliseconds spent queued before admission (0 when admitted at once). */
+  readonly queueWaitMs: number;
+  /**
+   * Aborts when the permit is preempted; its reason is a PreemptedError. Created on first use
+   * (an AbortController per request is not free): prefer `onPreempt` when a callback will do.
+   */
+  readonly signal: AbortSignal;
+  /**
+   * Registers the one callback to run when the permit is preempted (at once if it already was).
+   * A higher class took the slot before the first byte: stop the upstream work and answer 503.
+   */
+  onPreempt(listener: (error: PreemptedError) => void): void;
+  /**
+   * Marks the first response byte: from now on the request cannot be preempted. Returns false
+   * when preemption won the race (the holder must answer 503 instead).
+   */
+  markFirstByte(): boolean;
+  /**
+   * Reports the actual cost (tokens) once known; it replaces the estimate in the tenant's fair
+   * share (the scheduler's `adjustCost`). Before or after `release()`; the last report stands.
+   */
+  settle(actualCost: number): void;
+  /** Gives the slot back. Idempotent; a preempted permit's slot has already moved on. */
+  release(): void;
+}
+
+/**
+ * @internal The scheduler's permit: the public Permit plus the engine's bookkeeping (hidden from
+ * the published declarations; holders see the Permit interface).
+ */
+export class SchedulerPermit implements Permit, Charge {
+  /** @internal Effective class rank (0 bulk .. 3 system). */
+  readonly rank: number;
+  /** @internal */
   readonly requestedRank: number;
   readonly tenant: string;
   readonly cost: number;
+  /** @internal the tenant's weight at admission (fair-share accounting uses it) */
   readonly weight: number;
-  /** Milliseconds spent queued before admission (0 when admitted at once). */
   readonly queueWaitMs: number;
-  /** `fast` = admitted without waiting; `queued` = admitted after waiting. */
   readonly admission: AdmissionKind;
-  /** Admitted by the starvation override. */
+  /** @internal Admitted by the starvation override. */
   readonly promoted: boolean;
+  /** @internal */
   released = false;
+  /** @internal */
   firstByte = false;
+  /** @internal */
   preempted = false;
-  /** Set when preempted: why the holder must stop. */
+  /** @internal Set when preempted: the class that took the slot. */
   preemptedBy: PriorityClass | undefined;
   /** @internal links of the per-class preemptible list */
-  prev: Permit | null = null;
+  prev: SchedulerPermit | null = null;
   /** @internal */
-  next: Permit | null = null;
+  next: SchedulerPermit | null = null;
   /** @internal */
   listed = false;
+  /** @internal fair-share accounting (see fair-queue.ts): the flow charged */
+  chargeFlow: Flow | null = null;
+  /** @internal units (tokens / weight) held in the flow's counter */
+  charged = 0;
+  /** @internal the charge is an estimate not yet settled */
+  chargeOpen = false;
   private controller: AbortController | undefined;
   private preemptListener: ((error: PreemptedError) => void) | undefined;
   private readonly owner: PermitOwner;
 
+  /** @internal */
   constructor(
     owner: PermitOwner,
     rank: number,
@@ -69,8 +129,11 @@ export class Permit {
     this.promoted = promoted;
   }
 
-  /** The effective class the request runs under. */
   get class(): PriorityClass {
+    return classOfRank(this.rank);
+  }
+
+  get effectiveClass(): PriorityClass {
     return classOfRank(this.rank);
   }
 
@@ -78,10 +141,6 @@ export class Permit {
     return classOfRank(this.requestedRank);
   }
 
-  /**
-   * Fires when the permit is preempted; its reason is a PreemptedError. Created lazily: most
-   * permits are never asked for it, and an AbortController is not free.
-   */
   get signal(): AbortSignal {
     if (this.controller === undefined) {
       this.controller = new AbortController();
@@ -90,26 +149,21 @@ export class Permit {
     return this.controller.signal;
   }
 
-  /**
-   * Registers the one callback to run when the permit is preempted (runs at once if it already
-   * was). Cheaper than `signal` for a holder that only needs to be told.
-   */
   onPreempt(listener: (error: PreemptedError) => void): void {
     if (this.preempted) listener(this.preemptionError());
     else this.preemptListener = listener;
   }
 
-  /** Gives the slot back. Idempotent; a preempted permit's slot has already moved on. */
+  settle(actualCost: number): void {
+    this.owner.settlePermit(this, actualCost);
+  }
+
   release(): void {
     if (this.released) return;
     this.released = true;
     this.owner.releasePermit(this);
   }
 
-  /**
-   * Marks the first response byte: from now on the request cannot be preempted.
-   * Returns false when preemption won the race (the holder must answer 503 instead).
-   */
   markFirstByte(): boolean {
     if (this.preempted) return false;
     if (this.firstByte) return true;
@@ -128,18 +182,19 @@ export class Permit {
     this.preemptListener?.(error);
   }
 
+  /** @internal */
   preemptionError(): PreemptedError {
     return new PreemptedError(this.class, this.preemptedBy ?? "system");
   }
 }
 
-/** Per-class admission-ordered lists of permits that have not emitted their first byte. */
+/** @internal Per-class admission-ordered lists of permits that have not emitted their first byte. */
 export class PreemptibleSet {
-  private readonly heads: (Permit | null)[] = [null, null, null, null];
-  private readonly tails: (Permit | null)[] = [null, null, null, null];
+  private readonly heads: (SchedulerPermit | null)[] = [null, null, null, null];
+  private readonly tails: (SchedulerPermit | null)[] = [null, null, null, null];
   private readonly counts: number[] = [0, 0, 0, 0];
 
-  add(permit: Permit): void {
+  add(permit: SchedulerPermit): void {
     const rank = permit.rank;
     permit.listed = true;
     permit.next = null;
@@ -150,7 +205,7 @@ export class PreemptibleSet {
     this.counts[rank]!++;
   }
 
-  remove(permit: Permit): void {
+  remove(permit: SchedulerPermit): void {
     if (!permit.listed) return;
     const rank = permit.rank;
     if (permit.prev) permit.prev.next = permit.next;
@@ -163,7 +218,7 @@ export class PreemptibleSet {
   }
 
   /** The victim for an arrival of class `rank`: lowest class below it first, then newest. */
-  victimBelow(rank: number): Permit | null {
+  victimBelow(rank: number): SchedulerPermit | null {
     for (let r = 0; r < rank && r < CLASS_COUNT; r++) {
       const tail = this.tails[r];
       if (tail) return tail;

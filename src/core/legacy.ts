@@ -7,7 +7,13 @@
 import { type Clock, realClock } from "./clock.js";
 import { DeadlineTimer } from "./deadline-timer.js";
 import { AdmissionError, ClientCancelledError, ConfigError } from "./errors.js";
+import type { CancelSignal } from "./signal.js";
 
+/**
+ * The legacy limiter's settings: the one shape, used by the CLI flags, the gateway options, the
+ * in-process backend and the simulator (`Omit<LegacyLimiterOptions, "clock">` where the clock is
+ * given elsewhere).
+ */
 export interface LegacyLimiterOptions {
   /** Concurrent requests allowed; -1 = unlimited. */
   maxConcurrentRequests: number;
@@ -20,20 +26,30 @@ export interface LegacyLimiterOptions {
   clock?: Clock;
 }
 
+/**
+ * A legacy admission. It has the scheduler permit's holder-facing members that make sense without
+ * classes (and every member of the gateway's `Slot`), so holders treat both alike.
+ */
 export interface LegacyPermit {
   readonly queueWaitMs: number;
   readonly admission: "fast" | "queued";
+  /** No classes in legacy admission. */
+  readonly requestedClass: undefined;
+  /** No classes in legacy admission. */
+  readonly effectiveClass: undefined;
   release(): void;
-  /** Legacy admission never preempts: always true. Present so holders treat both permits alike. */
+  /** Legacy admission never preempts: always true. */
   markFirstByte(): boolean;
   /** Legacy admission never preempts: the listener is never called. */
   onPreempt(listener: (error: Error) => void): void;
+  /** No fair sharing in legacy admission: a no-op. */
+  settle(actualCost: number): void;
 }
 
 export class LegacyQueueFullError extends AdmissionError {
   override readonly name = "LegacyQueueFullError";
   constructor(limit: number) {
-    super("admission_queue_full", 429, `the admission queue is full (${limit} waiting)`, {
+    super("admission_queue_full", `the admission queue is full (${limit} waiting)`, {
       retryAfterSecs: 1,
     });
   }
@@ -42,7 +58,7 @@ export class LegacyQueueFullError extends AdmissionError {
 export class LegacyQueueTimeoutError extends AdmissionError {
   override readonly name = "LegacyQueueTimeoutError";
   constructor(secs: number, retryAfterSecs: number) {
-    super("admission_queue_timeout", 408, `waited ${secs}s in the admission queue without admission`, {
+    super("admission_queue_timeout", `waited ${secs}s in the admission queue without admission`, {
       retryAfterSecs,
     });
   }
@@ -52,12 +68,14 @@ interface LegacyWaiter {
   enqueuedAt: number;
   resolve: (p: LegacyPermit) => void;
   reject: (e: Error) => void;
-  signal: AbortSignal | undefined;
+  signal: CancelSignal | undefined;
   onAbort: (() => void) | undefined;
   done: boolean;
 }
 
 class Grant implements LegacyPermit {
+  readonly requestedClass = undefined;
+  readonly effectiveClass = undefined;
   released = false;
   constructor(
     private readonly limiter: LegacyLimiter,
@@ -73,6 +91,7 @@ class Grant implements LegacyPermit {
     return true;
   }
   onPreempt(_listener: (error: Error) => void): void {}
+  settle(_actualCost: number): void {}
 }
 
 export class LegacyLimiter {
@@ -133,7 +152,7 @@ export class LegacyLimiter {
     return { ...this.stats };
   }
 
-  acquire(options: { signal?: AbortSignal | undefined } = {}): Promise<LegacyPermit> {
+  acquire(options: { signal?: CancelSignal | undefined } = {}): Promise<LegacyPermit> {
     const signal = options.signal;
     if (signal?.aborted) {
       this.stats.clientCancelled++;
@@ -244,7 +263,7 @@ export class LegacyLimiter {
     const now = this.clock.now();
     for (
       let w = this.nextWaiter();
-      w !== undefined && now - w.enqueuedAt >= this.queueTimeoutMs;
+      w !== undefined && w.enqueuedAt + this.queueTimeoutMs <= now;
       w = this.nextWaiter()
     ) {
       this.settle(w);

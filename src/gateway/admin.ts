@@ -11,7 +11,8 @@ import { createHash, timingSafeEqual } from "node:crypto";
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from "node:http";
 import type { AddressInfo } from "node:net";
 import { readBody } from "./body.js";
-import { GatewayError, sendError, sendJson, specFromError } from "./http-errors.js";
+import { DEFAULT_CLIENT_LIMITS, guardServer, serverTimeouts } from "./client-guard.js";
+import { GatewayError, sendError, sendJson, toGatewayError } from "./http-errors.js";
 
 export interface AdminHandlers {
   pinCapacity(capacity: number | undefined): { capacity: number; pinned: number | undefined };
@@ -47,23 +48,22 @@ export async function startAdminServer(options: {
       if (!authorized(req)) {
         req.resume();
         throw new GatewayError(
-          401,
           "invalid_admin_token",
           "the admin API needs Authorization: Bearer <admin token>",
         );
       }
       const path = (req.url ?? "/").split("?")[0];
       if (path === "/api/v1/capacity" && req.method === "PUT") {
-        const body = await readBody(req, 64 * 1024);
+        const body = await readBody(req, 64 * 1024, 10_000);
         let doc: unknown;
         try {
           doc = JSON.parse(body.toString("utf8"));
         } catch {
-          throw new GatewayError(400, "invalid_json", 'the body must be JSON: {"max_in_flight": N}');
+          throw new GatewayError("invalid_json", 'the body must be JSON: {"max_in_flight": N}');
         }
         const n = (doc as { max_in_flight?: unknown } | null)?.max_in_flight;
         if (typeof n !== "number" || !Number.isInteger(n) || n < 0) {
-          throw new GatewayError(400, "invalid_capacity", "max_in_flight must be an integer >= 0");
+          throw new GatewayError("invalid_capacity", "max_in_flight must be an integer >= 0");
         }
         return sendJson(res, 200, options.handlers.pinCapacity(n));
       }
@@ -78,13 +78,15 @@ export async function startAdminServer(options: {
         return sendJson(res, 200, await options.handlers.reload());
       }
       req.resume();
-      throw new GatewayError(404, "not_found", `no admin route ${req.method} ${path}`);
+      throw new GatewayError("not_found", `no admin route ${req.method} ${path}`);
     } catch (err) {
-      sendError(res, specFromError(err));
+      sendError(res, toGatewayError(err));
     }
   }
 
-  const server: Server = createServer((req, res) => void handle(req, res));
+  const limits = { ...DEFAULT_CLIENT_LIMITS, maxConnections: 64 };
+  const server: Server = createServer(serverTimeouts(limits), (req, res) => void handle(req, res));
+  guardServer(server, limits, undefined, { answered: () => {} });
   await new Promise<void>((resolve, reject) => {
     server.once("error", reject);
     server.listen(options.port, options.host, () => {

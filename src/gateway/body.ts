@@ -1,27 +1,28 @@
-/** Reads a request body once, with a size limit (413 past it). */
+/**
+ * Reads a request body once: at most `limit` bytes (413 past it), with no more than `idleMs`
+ * of silence between chunks (408 past it). A request holds no slot and no queue place while its
+ * body arrives: admission starts only once the body is complete.
+ */
 import type { IncomingMessage } from "node:http";
+import { FRAMING_ERROR } from "./client-guard.js";
 import { GatewayError } from "./http-errors.js";
 
 const EMPTY = Buffer.alloc(0);
 
-export function readBody(req: IncomingMessage, limit: number): Promise<Buffer> {
+export function readBody(req: IncomingMessage, limit: number, idleMs: number): Promise<Buffer> {
   const declared = req.headers["content-length"];
   if (declared === undefined && req.headers["transfer-encoding"] === undefined) {
-    req.resume();
     return Promise.resolve(EMPTY);
   }
-  if (declared !== undefined && Number(declared) > limit) {
-    req.resume();
-    return Promise.reject(tooLarge(limit));
-  }
+  if (declared !== undefined && Number(declared) > limit) return Promise.reject(tooLarge(limit));
   return new Promise((resolve, reject) => {
     const chunks: Buffer[] = [];
     let size = 0;
+    const socket = req.socket;
     const onData = (chunk: Buffer) => {
       size += chunk.length;
       if (size > limit) {
         cleanup();
-        req.resume();
         reject(tooLarge(limit));
         return;
       }
@@ -39,16 +40,39 @@ export function readBody(req: IncomingMessage, limit: number): Promise<Buffer> {
       if (!req.complete) {
         cleanup();
         reject(
-          new GatewayError(499, "client_closed_request", "the client closed the connection while sending"),
+          new GatewayError("scheduler_client_cancelled", "the client closed the connection while sending"),
         );
       }
+    };
+    const onFraming = (err: NodeJS.ErrnoException) => {
+      cleanup();
+      reject(
+        new GatewayError(
+          "malformed_request",
+          `the request body could not be parsed (${err.code ?? "framing error"})`,
+        ),
+      );
+    };
+    const onIdle = () => {
+      cleanup();
+      reject(
+        new GatewayError("request_body_timeout", `the request body stalled for more than ${idleMs / 1000} s`),
+      );
     };
     const cleanup = () => {
       req.off("data", onData);
       req.off("end", onEnd);
       req.off("error", onError);
       req.off("close", onClose);
+      socket.setTimeout(0);
+      req.off("timeout", onIdle);
+      req.off(FRAMING_ERROR, onFraming);
     };
+    // The socket's own idle timer (no timer of ours per request). Node hands a socket timeout to
+    // the incomplete request's 'timeout' listeners, and destroys the socket only when there is none.
+    socket.setTimeout(idleMs);
+    req.once("timeout", onIdle);
+    req.once(FRAMING_ERROR, onFraming);
     req.on("data", onData);
     req.on("end", onEnd);
     req.on("error", onError);
@@ -57,5 +81,5 @@ export function readBody(req: IncomingMessage, limit: number): Promise<Buffer> {
 }
 
 function tooLarge(limit: number): GatewayError {
-  return new GatewayError(413, "payload_too_large", `the request body exceeds the limit of ${limit} bytes`);
+  return new GatewayError("payload_too_large", `the request body exceeds the limit of ${limit} bytes`);
 }

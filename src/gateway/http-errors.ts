@@ -1,63 +1,68 @@
 /**
  * Every answer the gateway makes up itself (a rejection, an upstream failure, a bad request) is an
- * OpenAI-style JSON error body `{"error":{"message","type","code"}}` with `X-SMG-Error-Code`.
+ * OpenAI-style JSON error body `{"error":{"message","type","code"}}` (plus `param` when a request
+ * field is at fault) with `X-SMG-Error-Code`, built from its row in the error table.
  */
 import type { ServerResponse } from "node:http";
 import { AdmissionError, ConfigError } from "../core/errors.js";
+import { ERROR_TABLE, type ErrorCode, errorType, isErrorCode } from "./error-table.js";
 
-export interface GatewayErrorSpec {
-  status: number;
-  code: string;
-  message: string;
-  type?: string;
-  headers?: Record<string, string>;
+/** Retry-After is a whole number of seconds, never more than a day (a daily budget's reset). */
+export const MAX_RETRY_AFTER_SECS = 86_400;
+
+/** Renders a Retry-After value: a non-negative integer number of seconds, capped. */
+export function retryAfter(secs: number): string {
+  if (secs === Number.POSITIVE_INFINITY) return String(MAX_RETRY_AFTER_SECS);
+  if (!Number.isFinite(secs) || secs <= 0) return "0";
+  return String(Math.min(Math.ceil(secs), MAX_RETRY_AFTER_SECS));
 }
 
-const TYPE_BY_STATUS: Record<number, string> = {
-  400: "invalid_request_error",
-  401: "authentication_error",
-  403: "permission_error",
-  404: "not_found_error",
-  408: "timeout_error",
-  413: "invalid_request_error",
-  429: "rate_limit_error",
-  499: "client_closed_request",
-  502: "upstream_error",
-  503: "service_unavailable",
-  504: "timeout_error",
-};
+export interface GatewayErrorOptions {
+  /** The request field at fault (OpenAI's `param`). */
+  param?: string | undefined;
+  /** For rows whose Retry-After is `computed`. */
+  retryAfterSecs?: number | undefined;
+  /** Extra answer headers. */
+  headers?: Record<string, string> | undefined;
+}
 
+/** A rejection the gateway answers; status and Retry-After come from the code's table row. */
 export class GatewayError extends Error {
+  override readonly name = "GatewayError";
+  readonly code: ErrorCode;
   readonly status: number;
-  readonly code: string;
+  readonly param: string | undefined;
   readonly headers: Record<string, string> | undefined;
-  constructor(status: number, code: string, message: string, headers?: Record<string, string>) {
-    super(message);
-    this.status = status;
+  readonly retryAfterSecs: number | undefined;
+
+  constructor(code: ErrorCode, message?: string, options: GatewayErrorOptions = {}) {
+    const row = ERROR_TABLE[code];
+    super(message ?? row.message);
     this.code = code;
-    this.headers = headers;
+    this.status = row.status;
+    this.param = options.param;
+    this.headers = options.headers;
+    this.retryAfterSecs =
+      typeof row.retryAfter === "number"
+        ? row.retryAfter
+        : row.retryAfter === "computed"
+          ? options.retryAfterSecs
+          : undefined;
   }
 }
 
-export function specFromAdmissionError(error: AdmissionError): GatewayErrorSpec {
-  const headers: Record<string, string> = {};
-  if (error.retryAfterSecs !== undefined) headers["retry-after"] = String(error.retryAfterSecs);
-  if (error.code === "scheduler_preempted") headers["x-smg-preempted"] = "true";
-  return { status: error.status, code: error.code, message: error.message, headers };
-}
-
-export function specFromError(error: unknown): GatewayErrorSpec {
-  if (error instanceof AdmissionError) return specFromAdmissionError(error);
-  if (error instanceof ConfigError) return { status: 400, code: "invalid_config", message: error.message };
-  if (error instanceof GatewayError) {
-    return {
-      status: error.status,
-      code: error.code,
-      message: error.message,
-      ...(error.headers ? { headers: error.headers } : {}),
-    };
+/** The answer for any thrown value: its table row, or 500 internal_error for the unexpected. */
+export function toGatewayError(error: unknown): GatewayError {
+  if (error instanceof GatewayError) return error;
+  if (error instanceof AdmissionError) {
+    return new GatewayError(error.code, error.message, { retryAfterSecs: error.retryAfterSecs });
   }
-  return { status: 500, code: "internal_error", message: "internal gateway error" };
+  if (error instanceof ConfigError) return new GatewayError("invalid_config", error.message);
+  const code = (error as { code?: unknown } | null)?.code;
+  if (typeof code === "string" && isErrorCode(code) && error instanceof Error) {
+    return new GatewayError(code, error.message);
+  }
+  return new GatewayError("internal_error");
 }
 
 /** Writes a JSON answer with its length. */
@@ -76,17 +81,63 @@ export function sendJson(
   res.end(body);
 }
 
+function errorHeaders(error: GatewayError): Record<string, string> {
+  const headers: Record<string, string> = { "x-smg-error-code": error.code };
+  if (error.retryAfterSecs !== undefined) headers["retry-after"] = retryAfter(error.retryAfterSecs);
+  if (error.code === "scheduler_preempted") headers["x-smg-preempted"] = "true";
+  if (error.headers !== undefined) Object.assign(headers, error.headers);
+  return headers;
+}
+
+function errorBody(error: GatewayError): string {
+  const type = errorType(error.status);
+  // `param` (OpenAI's field name) only when a request field is at fault.
+  const body =
+    error.param !== undefined
+      ? { message: error.message, type, param: error.param, code: error.code }
+      : { message: error.message, type, code: error.code };
+  return JSON.stringify({ error: body });
+}
+
 /** Writes the JSON error answer unless headers already went out (then the socket is cut). */
-export function sendError(res: ServerResponse, spec: GatewayErrorSpec): void {
+export function sendError(res: ServerResponse, error: GatewayError, extra?: Record<string, string>): void {
   if (res.headersSent) {
     res.destroy();
     return;
   }
   if (res.destroyed) return;
-  const error = {
-    message: spec.message,
-    type: spec.type ?? TYPE_BY_STATUS[spec.status] ?? "api_error",
-    code: spec.code,
-  };
-  sendJson(res, spec.status, { error }, { "x-smg-error-code": spec.code, ...spec.headers });
+  const body = errorBody(error);
+  res.writeHead(error.status, {
+    "content-type": "application/json",
+    "content-length": Buffer.byteLength(body),
+    ...errorHeaders(error),
+    ...extra,
+  });
+  res.end(body);
+}
+
+const REASON: Record<number, string> = {
+  400: "Bad Request",
+  405: "Method Not Allowed",
+  408: "Request Timeout",
+  413: "Content Too Large",
+  417: "Expectation Failed",
+  431: "Request Header Fields Too Large",
+  503: "Service Unavailable",
+  505: "HTTP Version Not Supported",
+};
+
+/**
+ * A whole error answer as raw bytes, for sockets that have no ServerResponse (Node's own parse
+ * errors, CONNECT, connections past the cap). It always closes the connection.
+ */
+export function rawErrorResponse(error: GatewayError, requestId: string): string {
+  const body = errorBody(error);
+  let head = `HTTP/1.1 ${error.status} ${REASON[error.status] ?? "Error"}\r\n`;
+  head += "content-type: application/json\r\n";
+  head += `content-length: ${Buffer.byteLength(body)}\r\n`;
+  head += `x-request-id: ${requestId}\r\n`;
+  const headers = errorHeaders(error);
+  for (const name in headers) head += `${name}: ${headers[name]}\r\n`;
+  return `${head}connection: close\r\n\r\n${body}`;
 }

@@ -3,6 +3,8 @@ import type { Logger } from "pino";
 import type { PriorityClass } from "../core/class.js";
 import type { Clock } from "../core/clock.js";
 import type { Pricing } from "../core/config.js";
+import type { LegacyLimiterOptions } from "../core/legacy.js";
+import type { ClientLimits } from "./client-guard.js";
 
 export type WorkerPolicy = "power_of_two" | "round_robin" | "random";
 
@@ -10,6 +12,8 @@ export interface WorkerSpec {
   url: string;
   /** Overrides the capacity the worker reports. */
   capacity?: number | undefined;
+  /** This worker's own API key, sent as `Authorization: Bearer <key>` (vLLM/SGLang `--api-key`). */
+  apiKey?: string | undefined;
 }
 
 export interface ApiKeySpec {
@@ -40,19 +44,22 @@ export interface GatewayOptions {
     configPath?: string | undefined;
     tenantMetricTopN: number;
   };
-  legacy: {
-    maxConcurrentRequests: number;
-    queueSize: number;
-    queueTimeoutSecs: number;
-    rateLimitTokensPerSecond?: number | undefined;
-  };
+  legacy: Omit<LegacyLimiterOptions, "clock">;
   apiKeys: ApiKeySpec[];
   trustedTenantHeader?: string | null | undefined;
   requireAuth: boolean;
   /** Largest request body accepted, in bytes (413 past it). */
   maxPayloadSize: number;
-  /** Upstream headers/body timeout. */
+  /** Upstream timeout: for the response headers, and for each silence in the response body. */
   requestTimeoutSecs: number;
+  /** Upstream connect timeout (default 10 s). */
+  upstreamConnectTimeoutSecs?: number | undefined;
+  /** API key sent to workers that have none of their own in `workers`. */
+  workerApiKey?: string | undefined;
+  /** Ceiling of a request's estimated cost in tokens; default: the workers' context length, else 131072. */
+  maxCostTokens?: number | undefined;
+  /** Client-side timeouts and the connection cap (defaults: DEFAULT_CLIENT_LIMITS). */
+  clientLimits?: Partial<ClientLimits> | undefined;
   health: HealthCheckOptions;
   /** USD per million tokens per model, for `budget_cost_usd`. */
   pricing?: Pricing | undefined;

@@ -53,7 +53,7 @@ export class TenantResolver {
         const tenant = this.byHash.get(sha256Hex(match[1]!));
         if (tenant !== undefined) return tenant;
       }
-      if (this.requireAuth) throw new GatewayError(401, "invalid_api_key", "the API key is not valid");
+      if (this.requireAuth) throw new GatewayError("invalid_api_key", "the API key is not valid");
     }
     if (this.trustedHeader !== undefined) {
       const value = headers[this.trustedHeader];
@@ -63,13 +63,9 @@ export class TenantResolver {
     if (this.requireAuth) {
       // A key was presented but matched none (also when no keys are configured): invalid, not missing.
       if (auth !== undefined && auth.trim() !== "") {
-        throw new GatewayError(401, "invalid_api_key", "the API key is not valid");
+        throw new GatewayError("invalid_api_key", "the API key is not valid");
       }
-      throw new GatewayError(
-        401,
-        "missing_api_key",
-        "authentication required: send Authorization: Bearer <key>",
-      );
+      throw new GatewayError("missing_api_key", "authentication required: send Authorization: Bearer <key>");
     }
     return ANONYMOUS_TENANT;
   }

@@ -68,6 +68,60 @@ function usageOf(doc: unknown): Usage | undefined {
   return toUsage(d.usage) ?? toUsage(d.meta_info);
 }
 
+const USAGE_KEY = Buffer.from('"usage"');
+const META_KEY = Buffer.from('"meta_info"');
+
+/**
+ * The usage object of a JSON answer. Parses only the `usage` (or `meta_info`) object, found from
+ * the end (servers put it last), instead of the whole answer; falls back to a full parse when that
+ * object cannot be isolated.
+ */
+function usageInJson(body: Buffer): Usage | undefined {
+  for (const key of [USAGE_KEY, META_KEY]) {
+    const at = body.lastIndexOf(key);
+    if (at === -1) continue;
+    const object = objectAfter(body, at + key.length);
+    if (object === undefined) break;
+    try {
+      const usage = toUsage(JSON.parse(object));
+      if (usage !== undefined) return usage;
+    } catch {
+      break;
+    }
+  }
+  try {
+    return usageOf(JSON.parse(body.toString("utf8")));
+  } catch {
+    return undefined; // not JSON: no usage; the estimate stands
+  }
+}
+
+/** The `{...}` value after a key (past blanks and a colon), or undefined when it is not an object. */
+function objectAfter(body: Buffer, from: number): string | undefined {
+  let i = from;
+  while (i < body.length && (body[i] === 0x20 || body[i] === 0x0a || body[i] === 0x0d || body[i] === 0x09))
+    i++;
+  if (body[i] !== 0x3a) return undefined; // ":"
+  i++;
+  while (i < body.length && (body[i] === 0x20 || body[i] === 0x0a || body[i] === 0x0d || body[i] === 0x09))
+    i++;
+  if (body[i] !== 0x7b) return undefined; // "{"
+  const start = i;
+  let depth = 0;
+  let inString = false;
+  for (; i < body.length; i++) {
+    const c = body[i];
+    if (inString) {
+      if (c === 0x5c)
+        i++; // backslash: skip the escaped byte
+      else if (c === 0x22) inString = false;
+    } else if (c === 0x22) inString = true;
+    else if (c === 0x7b) depth++;
+    else if (c === 0x7d && --depth === 0) return body.toString("utf8", start, i + 1);
+  }
+  return undefined;
+}
+
 /** Watches (and for streams, may rewrite) the response body on its way to the client. */
 export class UsageReader {
   private readonly sse: boolean;
@@ -111,11 +165,8 @@ export class UsageReader {
   flush(): Buffer | undefined {
     if (!this.sse) {
       if (this.jsonBytes > 0 && this.jsonBytes <= MAX_JSON_BYTES) {
-        try {
-          this.found = usageOf(JSON.parse(Buffer.concat(this.json).toString("utf8")));
-        } catch {
-          // Not JSON: no usage; the estimate stands.
-        }
+        const body = this.json.length === 1 ? this.json[0]! : Buffer.concat(this.json);
+        this.found = usageInJson(body);
       }
       this.json = [];
       return undefined;
@@ -132,9 +183,8 @@ export class UsageReader {
     this.pending += text;
     let out = "";
     for (;;) {
-      const end = this.pending.search(/\r?\n\r?\n/);
+      const { end, sep } = eventEnd(this.pending);
       if (end === -1) break;
-      const sep = this.pending.startsWith("\r\n", end) ? 4 : 2;
       const event = this.pending.slice(0, end + sep);
       this.pending = this.pending.slice(end + sep);
       if (this.keepEvent(event) && rewrite) out += withoutNullUsage(event, this.strip);
@@ -145,8 +195,11 @@ export class UsageReader {
 
   /** Reads usage from an event; false when it is the extra usage chunk to hide from the client. */
   private keepEvent(event: string): boolean {
-    if (!event.includes('"usage"')) return true;
-    for (const line of event.split(/\r?\n/)) {
+    const at = event.indexOf('"usage"');
+    if (at === -1) return true;
+    // The common case with usage requested: `"usage":null` on every chunk, nothing to read.
+    if (isNullAfter(event, at + 7) && event.indexOf('"usage"', at + 7) === -1) return true;
+    for (const line of event.split("\n")) {
       if (!line.startsWith("data:")) continue;
       const data = line.slice(5).trim();
       if (data === "[DONE]") continue;
@@ -166,11 +219,44 @@ export class UsageReader {
   }
 }
 
+/** Where the first complete SSE event ends: the blank line ("\n\n" or "\r\n\r\n"). */
+function eventEnd(text: string): { end: number; sep: number } {
+  const lf = text.indexOf("\n\n");
+  const crlf = text.indexOf("\r\n\r\n");
+  if (crlf !== -1 && (lf === -1 || crlf < lf)) return { end: crlf, sep: 4 };
+  return { end: lf, sep: 2 };
+}
+
+/** True when, after `from` (just past a key), the value is `null` (`: null`, blanks allowed). */
+function isNullAfter(text: string, from: number): boolean {
+  let i = from;
+  while (text.charCodeAt(i) === 0x20) i++;
+  if (text.charCodeAt(i) !== 0x3a) return false; // ":"
+  i++;
+  while (text.charCodeAt(i) === 0x20) i++;
+  return text.startsWith("null", i);
+}
+
+const NULL_USAGE_TIGHT = ',"usage":null}';
+const NULL_USAGE_SPACED = ', "usage": null}';
+
 /**
  * With usage requested for the client, workers add `"usage":null` to every chunk (as OpenAI does);
  * drop it again when it is the last key of a data line's top-level object, the form servers emit.
  */
 function withoutNullUsage(event: string, strip: boolean): string {
   if (!strip || !event.includes('"usage"')) return event;
+  // Fast path: one data line ending in the tight or spaced form (vLLM, SGLang).
+  const nl = event.indexOf("\n");
+  const line = nl === -1 ? event : event.slice(0, nl);
+  const rest = nl === -1 ? "" : event.slice(nl);
+  if (rest.trim() === "") {
+    for (const form of [NULL_USAGE_TIGHT, NULL_USAGE_SPACED]) {
+      const body = line.endsWith("\r") ? line.slice(0, -1) : line;
+      if (body.endsWith(form)) {
+        return `${body.slice(0, -form.length)}}${line.endsWith("\r") ? "\r" : ""}${rest}`;
+      }
+    }
+  }
   return event.replace(/,\s*"usage"\s*:\s*null\s*}(\s*)$/gm, "}$1");
 }

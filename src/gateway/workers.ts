@@ -1,40 +1,82 @@
 /**
  * The upstream workers: one undici connection pool each, periodic health checks, capacity
  * discovery (SGLang `GET /get_server_info` -> `max_running_requests`), and the choice of a worker
- * for each request (`power_of_two`, `round_robin`, `random`).
+ * for each request (`power_of_two`, `round_robin`, `random`) among those with room.
  *
  * Capacity = sum over healthy workers of (configured capacity, else reported
- * max_running_requests, else 64); with no healthy worker, the fallback capacity.
+ * max_running_requests, else 64); with no healthy worker, the fallback capacity. A reported
+ * capacity that is not an integer in 1..MAX_REPORTED_CAPACITY is not believed.
+ *
+ * A worker is never sent more requests than its capacity (when `respectCapacity`): a request whose
+ * slot passed to it from a preempted or cancelled one waits, briefly, until that one's upstream
+ * request has closed, instead of landing on a worker that is still running it.
  */
 import type { Logger } from "pino";
 import { Pool } from "undici";
+import type { CancelSignal } from "../core/signal.js";
 import type { HealthCheckOptions, WorkerPolicy, WorkerSpec } from "./options.js";
 
 export const UNREPORTED_WORKER_CAPACITY = 64;
+/** A worker reporting more running requests than this is lying or misconfigured. */
+export const MAX_REPORTED_CAPACITY = 16_384;
 
 export class Worker {
   readonly url: string;
-  readonly pool: Pool;
+  pool: Pool;
   readonly configuredCapacity: number | undefined;
   reportedCapacity: number | undefined;
+  /** Context length the worker reports (vLLM `max_model_len`, SGLang `context_length`). */
+  contextLength: number | undefined;
+  /** `Authorization` value sent to this worker (its own API key), if any. */
+  readonly authorization: string | undefined;
   healthy = false;
   /** Requests this gateway has in flight on the worker (for power-of-two choice). */
   inflight = 0;
   private failures = 0;
   private successes = 0;
 
-  constructor(spec: WorkerSpec, connections: number) {
+  private readonly connectTimeoutMs: number;
+
+  constructor(spec: WorkerSpec, connectTimeoutMs: number, defaultApiKey: string | undefined) {
     const url = new URL(spec.url);
     if (url.protocol !== "http:" && url.protocol !== "https:") {
       throw new Error(`worker url ${spec.url}: only http and https are supported`);
     }
     this.url = url.origin;
     this.configuredCapacity = spec.capacity;
-    this.pool = new Pool(this.url, { connections, pipelining: 1, keepAliveTimeout: 30_000 });
+    const key = spec.apiKey ?? defaultApiKey;
+    this.authorization = key !== undefined ? `Bearer ${key}` : undefined;
+    this.connectTimeoutMs = connectTimeoutMs;
+    this.pool = this.newPool();
+  }
+
+  private newPool(): Pool {
+    // No connection cap: admission bounds how many requests a worker gets, and a capped pool
+    // would queue requests where no timeout sees them.
+    return new Pool(this.url, {
+      pipelining: 1,
+      keepAliveTimeout: 30_000,
+      connectTimeout: this.connectTimeoutMs,
+    });
+  }
+
+  /**
+   * Replaces the connection pool (the old one is closed in the background). Used when undici
+   * refused a request's arguments: the pool must not keep any state from it.
+   */
+  resetPool(): void {
+    const old = this.pool;
+    this.pool = this.newPool();
+    old.close().catch(() => old.destroy());
   }
 
   get capacity(): number {
     return this.configuredCapacity ?? this.reportedCapacity ?? UNREPORTED_WORKER_CAPACITY;
+  }
+
+  markUnhealthy(): void {
+    this.healthy = false;
+    this.successes = 0;
   }
 
   /** Records one health probe; returns true when the worker's health flipped. */
@@ -71,11 +113,14 @@ export interface WorkerPoolOptions {
   /** Capacity used when no worker is healthy. */
   fallbackCapacity: number;
   logger: Logger;
-  /** Called whenever the capacity sum changes. */
-  onCapacityChange?: (capacity: number) => void;
-  /** Connections per worker pool. */
-  connectionsPerWorker?: number;
+  /** Upstream connect timeout. */
+  connectTimeoutSecs?: number;
+  /** Bearer key for workers that have none of their own. */
+  apiKey?: string | undefined;
 }
+
+/** How long a request waits for a worker with room before it is sent to the least loaded one. */
+const ROOM_WAIT_MS = 5000;
 
 export class WorkerPool {
   readonly workers: Worker[];
@@ -83,15 +128,21 @@ export class WorkerPool {
   private healthy: Worker[] = [];
   private rr = 0;
   private timer: NodeJS.Timeout | undefined;
-  private lastCapacity = -1;
-  private pinned: number | undefined;
+  private readonly changeListeners: Array<() => void> = [];
   private probing = false;
   private closed = false;
+  /** Requests waiting for a worker with room (FIFO). */
+  private readonly roomWaiters: Array<() => void> = [];
+  /**
+   * Never send a worker more than its capacity. On in the priority scheduler's mode, whose
+   * admission is bounded by the capacity sum; legacy admission has its own limit.
+   */
+  respectCapacity = false;
 
   constructor(options: WorkerPoolOptions) {
     this.options = options;
-    const connections = options.connectionsPerWorker ?? 256;
-    this.workers = options.workers.map((spec) => new Worker(spec, connections));
+    const connectMs = (options.connectTimeoutSecs ?? 10) * 1000;
+    this.workers = options.workers.map((spec) => new Worker(spec, connectMs, options.apiKey));
   }
 
   /** First discovery: probe every worker once, so the admission mode is decided on real capacity. */
@@ -106,19 +157,9 @@ export class WorkerPool {
     this.timer.unref();
   }
 
-  /** Capacity in force: the pinned value (admin API) or the discovered one. */
-  get capacity(): number {
-    return this.pinned ?? this.discoveredCapacity;
-  }
-
-  get pinnedCapacity(): number | undefined {
-    return this.pinned;
-  }
-
-  /** Pins capacity (undefined = back to discovery); applies at once. */
-  pinCapacity(capacity: number | undefined): void {
-    this.pinned = capacity;
-    this.refresh();
+  /** Calls `listener` whenever the healthy set or a worker's capacity may have changed. */
+  onChange(listener: () => void): void {
+    this.changeListeners.push(listener);
   }
 
   get discoveredCapacity(): number {
@@ -132,9 +173,97 @@ export class WorkerPool {
     return this.healthy.length;
   }
 
-  /** Picks a healthy worker by the configured policy, or undefined when none is healthy. */
+  /** Largest context length any healthy worker reports (for the cost ceiling), if any does. */
+  get contextLength(): number | undefined {
+    let max: number | undefined;
+    for (const w of this.healthy) {
+      if (w.contextLength !== undefined && (max === undefined || w.contextLength > max))
+        max = w.contextLength;
+    }
+    return max;
+  }
+
+  /**
+   * Takes a worker for one request: a healthy one with room, by the configured policy. When every
+   * healthy worker is full (a slot passed on by preemption or a cancel whose upstream request is
+   * still closing), waits until one frees, up to ROOM_WAIT_MS, or until `signal` aborts. Returns
+   * undefined when no worker is healthy. Give it back with `release`.
+   */
+  async acquire(signal: CancelSignal): Promise<Worker | undefined> {
+    const now = this.tryAcquire();
+    if (now !== null) return now;
+    let worker = this.pick();
+    const deadline = performance.now() + ROOM_WAIT_MS;
+    while (worker !== undefined && worker.inflight >= worker.capacity && performance.now() < deadline) {
+      await this.waitForRoom(signal, deadline - performance.now());
+      worker = this.pick();
+    }
+    if (worker !== undefined) worker.inflight++;
+    return worker;
+  }
+
+  /**
+   * Takes a worker at once when one has room (or none is healthy: undefined); null when every
+   * healthy worker is full and the caller must wait (`acquire`).
+   */
+  tryAcquire(): Worker | undefined | null {
+    const worker = this.pick();
+    if (worker === undefined) return undefined;
+    if (this.respectCapacity && worker.inflight >= worker.capacity) return null;
+    worker.inflight++;
+    return worker;
+  }
+
+  release(worker: Worker): void {
+    worker.inflight--;
+    if (this.roomWaiters.length > 0) this.roomWaiters.shift()!();
+  }
+
+  /**
+   * A worker failed in a way only a dead or unreachable worker does (connection refused): take it
+   * out of rotation at once; the health checks bring it back.
+   */
+  reportUnreachable(worker: Worker): void {
+    if (!worker.healthy) return;
+    worker.markUnhealthy();
+    this.options.logger.warn({ worker: worker.url }, "worker unreachable: taken out of rotation");
+    this.refresh();
+  }
+
+  private waitForRoom(signal: CancelSignal, ms: number): Promise<void> {
+    return new Promise((resolve, reject) => {
+      if (signal.aborted) {
+        reject(new Error("cancelled while waiting for a worker"));
+        return;
+      }
+      const done = () => {
+        clearTimeout(timer);
+        signal.removeEventListener("abort", onAbort);
+        const i = this.roomWaiters.indexOf(done);
+        if (i !== -1) this.roomWaiters.splice(i, 1);
+        resolve();
+      };
+      const onAbort = () => {
+        done();
+        reject(new Error("cancelled while waiting for a worker"));
+      };
+      const timer = setTimeout(done, Math.max(1, ms));
+      signal.addEventListener("abort", onAbort, { once: true });
+      this.roomWaiters.push(done);
+    });
+  }
+
+  /**
+   * Picks a healthy worker by the configured policy, preferring workers with room; undefined when
+   * none is healthy.
+   */
   pick(): Worker | undefined {
-    const healthy = this.healthy;
+    let healthy = this.healthy;
+    if (this.respectCapacity) {
+      let full = 0;
+      for (const w of healthy) if (w.inflight >= w.capacity) full++;
+      if (full > 0 && full < healthy.length) healthy = healthy.filter((w) => w.inflight < w.capacity);
+    }
     const n = healthy.length;
     if (n === 0) return undefined;
     if (n === 1) return healthy[0];
@@ -159,6 +288,7 @@ export class WorkerPool {
   async close(): Promise<void> {
     this.closed = true;
     if (this.timer !== undefined) clearInterval(this.timer);
+    for (const wake of this.roomWaiters.splice(0)) wake();
     await Promise.all(this.workers.map((w) => w.pool.close().catch(() => w.pool.destroy())));
   }
 
@@ -181,7 +311,10 @@ export class WorkerPool {
     );
     const wasHealthy = worker.healthy;
     const flipped = worker.record(ok, health, first);
-    if (worker.healthy && (first || (flipped && !wasHealthy))) await this.readCapacity(worker);
+    if (worker.healthy && (first || (flipped && !wasHealthy))) {
+      await this.readCapacity(worker);
+      await this.readContextLength(worker);
+    }
     if (flipped && !first) {
       logger.warn(
         { worker: worker.url, healthy: worker.healthy },
@@ -198,9 +331,40 @@ export class WorkerPool {
       if (r.status !== 200) return;
       const info = JSON.parse(r.body) as Record<string, unknown>;
       const max = info.max_running_requests;
-      worker.reportedCapacity = typeof max === "number" && Number.isInteger(max) && max > 0 ? max : undefined;
+      const believable =
+        typeof max === "number" && Number.isInteger(max) && max >= 1 && max <= MAX_REPORTED_CAPACITY;
+      worker.reportedCapacity = believable ? max : undefined;
+      if (!believable && max !== undefined && max !== null) {
+        this.options.logger.warn(
+          { worker: worker.url, reported: String(max).slice(0, 40), used: worker.capacity },
+          `worker reports an unusable max_running_requests; using ${worker.capacity}`,
+        );
+      }
+      const context = info.context_length;
+      if (typeof context === "number" && Number.isInteger(context) && context > 0) {
+        worker.contextLength = context;
+      }
     } catch {
       // Not SGLang (or no such endpoint): the worker keeps its configured or default capacity.
+    }
+  }
+
+  /** vLLM reports `max_model_len` per model in /v1/models. */
+  private async readContextLength(worker: Worker): Promise<void> {
+    if (worker.contextLength !== undefined) return;
+    try {
+      const r = await this.get(worker, "/v1/models");
+      if (r.status !== 200) return;
+      const data = (JSON.parse(r.body) as { data?: unknown }).data;
+      if (!Array.isArray(data)) return;
+      for (const model of data) {
+        const len = (model as { max_model_len?: unknown } | null)?.max_model_len;
+        if (typeof len === "number" && Number.isInteger(len) && len > 0) {
+          worker.contextLength = Math.max(worker.contextLength ?? 0, len);
+        }
+      }
+    } catch {
+      // No model list: no context length.
     }
   }
 
@@ -209,6 +373,7 @@ export class WorkerPool {
     const res = await worker.pool.request({
       method: "GET",
       path,
+      headers: worker.authorization !== undefined ? { authorization: worker.authorization } : {},
       headersTimeout: timeout,
       bodyTimeout: timeout,
       signal: AbortSignal.timeout(timeout),
@@ -219,17 +384,6 @@ export class WorkerPool {
 
   private refresh(): void {
     this.healthy = this.workers.filter((w) => w.healthy);
-    const capacity = this.capacity;
-    if (capacity !== this.lastCapacity) {
-      const before = this.lastCapacity;
-      this.lastCapacity = capacity;
-      if (before !== -1) {
-        this.options.logger.info(
-          { capacity, previous: before, healthy: this.healthy.length },
-          "capacity changed",
-        );
-      }
-      this.options.onCapacityChange?.(capacity);
-    }
+    for (const listener of this.changeListeners) listener();
   }
 }

@@ -29,7 +29,14 @@ export const QUEUE_WAIT_BUCKETS: readonly number[] = Object.freeze([
   0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 15, 30, 60, 120, 300,
 ]);
 
-export const UPSTREAM_ERROR_KINDS = ["connect", "reset", "timeout", "status_5xx"] as const;
+export const UPSTREAM_ERROR_KINDS = [
+  "connect",
+  "reset",
+  "timeout",
+  "bad_response",
+  "refused_arguments",
+  "status_5xx",
+] as const;
 export type UpstreamErrorKind = (typeof UPSTREAM_ERROR_KINDS)[number];
 
 export const ADMISSION_MODES = ["scheduler", "legacy"] as const;
@@ -92,6 +99,8 @@ export interface SluiceMetrics {
   metricsText(): Promise<string>;
   /** `sluice_http_requests_total{status}`: responses sent by the gateway. */
   readonly httpRequests: Counter<"status">;
+  /** Counts one request's outcome status in `sluice_http_requests_total` (label children cached). */
+  countHttpStatus(status: number): void;
   /** `sluice_upstream_errors_total{kind}`, kind one of UPSTREAM_ERROR_KINDS. */
   readonly upstreamErrors: Counter<"kind">;
   /** Counts settled tokens (`direction` input|output) under the tenant's top-N label. */
@@ -258,7 +267,7 @@ export function createMetrics(options: MetricsOptions = {}): SluiceMetrics {
   });
   const upstreamErrors = new Counter({
     name: GATEWAY_METRIC_NAMES.upstreamErrors,
-    help: "Failed upstream (worker) requests by kind: connect, reset, timeout, status_5xx.",
+    help: "Failed upstream (worker) requests by kind: connect, reset, timeout, bad_response, refused_arguments, status_5xx.",
     labelNames: ["kind"] as const,
     registers,
   });
@@ -341,6 +350,8 @@ export function createMetrics(options: MetricsOptions = {}): SluiceMetrics {
   });
 
   if (options.collectProcessMetrics ?? true) collectDefaultMetrics({ register: registry });
+  // Label children by status, so counting a request builds no label set.
+  const statusChildren = new Map<number, { inc(): void }>();
 
   return {
     registry,
@@ -362,6 +373,14 @@ export function createMetrics(options: MetricsOptions = {}): SluiceMetrics {
     },
     metricsText: () => registry.metrics(),
     httpRequests,
+    countHttpStatus(status) {
+      let child = statusChildren.get(status);
+      if (child === undefined) {
+        child = httpRequests.labels(String(status));
+        statusChildren.set(status, child);
+      }
+      child.inc();
+    },
     upstreamErrors,
     countTenantTokens(tenant, input, output) {
       const label = tenants.label(tenant);

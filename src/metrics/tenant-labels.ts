@@ -38,6 +38,7 @@
  * - The tenant keys `other` and the empty string are never given a label of their own (they would be
  *   indistinguishable from the shared bucket, or from a missing label); they are always `other`.
  */
+import { IndexedHeap } from "../core/heap.js";
 
 /** The shared label of every tenant outside the top N. */
 export const OTHER_TENANT = "other";
@@ -70,79 +71,23 @@ interface Entry {
   labelIndex: number;
 }
 
-type IndexKey = "tableIndex" | "labelIndex";
-
-/** A binary min-heap of entries by count that keeps each entry's position in `key`. */
-class EntryHeap {
-  readonly items: Entry[] = [];
-  private readonly key: IndexKey;
-
-  constructor(key: IndexKey) {
-    this.key = key;
+/** The space-saving table: every tracked entry by count (least first). */
+class TableHeap extends IndexedHeap<Entry> {
+  protected less(a: Entry, b: Entry): boolean {
+    return a.count < b.count;
   }
-
-  get size(): number {
-    return this.items.length;
+  protected setIndex(entry: Entry, index: number): void {
+    entry.tableIndex = index;
   }
+}
 
-  peek(): Entry | undefined {
-    return this.items[0];
+/** The labelled entries by count (least first: the weakest label is the first to go). */
+class LabelHeap extends IndexedHeap<Entry> {
+  protected less(a: Entry, b: Entry): boolean {
+    return a.count < b.count;
   }
-
-  push(entry: Entry): void {
-    entry[this.key] = this.items.length;
-    this.items.push(entry);
-    this.up(this.items.length - 1);
-  }
-
-  /** Removes the entry at `index` (the caller resets the entry's own index if it needs to). */
-  removeAt(index: number): void {
-    const items = this.items;
-    const last = items.pop()!;
-    if (index === items.length) return;
-    items[index] = last;
-    last[this.key] = index;
-    this.down(index);
-    this.up(last[this.key]);
-  }
-
-  /** Restores order after the count at `index` grew. */
-  increased(index: number): void {
-    this.down(index);
-  }
-
-  private up(index: number): void {
-    const items = this.items;
-    const entry = items[index]!;
-    while (index > 0) {
-      const parentIndex = (index - 1) >> 1;
-      const parent = items[parentIndex]!;
-      if (parent.count <= entry.count) break;
-      items[index] = parent;
-      parent[this.key] = index;
-      index = parentIndex;
-    }
-    items[index] = entry;
-    entry[this.key] = index;
-  }
-
-  private down(index: number): void {
-    const items = this.items;
-    const n = items.length;
-    const entry = items[index]!;
-    for (;;) {
-      const left = 2 * index + 1;
-      if (left >= n) break;
-      const right = left + 1;
-      const child = right < n && items[right]!.count < items[left]!.count ? right : left;
-      const smaller = items[child]!;
-      if (smaller.count >= entry.count) break;
-      items[index] = smaller;
-      smaller[this.key] = index;
-      index = child;
-    }
-    items[index] = entry;
-    entry[this.key] = index;
+  protected setIndex(entry: Entry, index: number): void {
+    entry.labelIndex = index;
   }
 }
 
@@ -160,8 +105,8 @@ export class TenantLabeler {
   readonly decayEvery: number;
   private readonly threshold: number;
   private readonly entries = new Map<string, Entry>();
-  private readonly table = new EntryHeap("tableIndex");
-  private readonly labelled = new EntryHeap("labelIndex");
+  private readonly table = new TableHeap();
+  private readonly labelled = new LabelHeap();
   private readonly listeners = new Set<DemoteListener>();
   private sinceDecay = 0;
 

@@ -35,6 +35,17 @@ interface CliOptions {
   defaultMaxTokens: number;
   model: string;
   reportCapacity: boolean;
+  reportedCapacity?: unknown;
+  contextLength: number;
+}
+
+/** A JSON value when the text parses as one (`0`, `-5`, `1e12`, `null`), else the text itself (`lots`). */
+function jsonOrText(value: string): unknown {
+  try {
+    return JSON.parse(value);
+  } catch {
+    return value;
+  }
 }
 
 /**
@@ -52,7 +63,18 @@ export async function runMockWorkerCli(argv: string[]): Promise<void> {
     .option("--batch-slowdown <fraction>", "delay added per extra running request", nonNegative, 0.02)
     .option("--default-max-tokens <n>", "output length when a request sets none", integer(0), 16)
     .option("--model <name>", "model name to report", "mock-llm")
-    .option("--no-report-capacity", "omit max_running_requests from /get_server_info");
+    .option("--no-report-capacity", "omit max_running_requests from /get_server_info")
+    .option(
+      "--reported-capacity <value>",
+      "report this max_running_requests at /get_server_info, valid or not (JSON, else a string)",
+      jsonOrText,
+    )
+    .option(
+      "--context-length <n>",
+      "prompt + output tokens beyond this are refused (400)",
+      integer(1),
+      131072,
+    );
   await program.parseAsync(argv, { from: "user" });
   const opts = program.opts<CliOptions>();
 
@@ -66,6 +88,8 @@ export async function runMockWorkerCli(argv: string[]): Promise<void> {
     defaultMaxTokens: opts.defaultMaxTokens,
     model: opts.model,
     reportCapacity: opts.reportCapacity,
+    reportedCapacity: opts.reportedCapacity,
+    contextLength: opts.contextLength,
   });
   process.stdout.write(
     `mock worker listening on ${worker.url} (max_running_requests=${opts.maxRunningRequests})\n`,

@@ -4,5 +4,11 @@
  */
 
 export { runMockWorkerCli } from "./cli.js";
-export type { MockWorker, MockWorkerOptions, MockWorkerStats } from "./options.js";
+export type {
+  CapacityCounters,
+  MockWorker,
+  MockWorkerOptions,
+  MockWorkerStats,
+  ReceivedRequest,
+} from "./options.js";
 export { startMockWorker } from "./server.js";

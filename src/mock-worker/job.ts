@@ -8,9 +8,20 @@ import type { InferenceRequest, ResponseFormat } from "./protocol.js";
 import { type BatchEntry, type Batcher, Generation, type Timing, type TokenSink } from "./simulation.js";
 import { endStream, SSE_HEADERS, writeEvent } from "./sse.js";
 
+/**
+ * How a job misbehaves on purpose (x-mock-fail):
+ * - `hang`: hold a slot and never answer;
+ * - `die-mid-stream`: answer `afterTokens` tokens, then destroy the socket (a worker that crashes
+ *   mid-answer). A streaming answer has its headers and those tokens' events; a non-streaming one
+ *   has its headers (full Content-Length) and half its body. It never completes cleanly.
+ */
+export type JobFault = { kind: "hang" } | { kind: "die-mid-stream"; afterTokens: number };
+
 export class Job implements BatchEntry, TokenSink {
   private generation: Generation | undefined;
   private finished = false;
+  private readonly hang: boolean;
+  private readonly dieAfter: number | undefined;
 
   constructor(
     private readonly res: ServerResponse,
@@ -18,9 +29,11 @@ export class Job implements BatchEntry, TokenSink {
     private readonly request: InferenceRequest,
     private readonly format: ResponseFormat,
     private readonly timing: Timing,
-    /** x-mock-fail: hang: hold a slot and never answer. */
-    private readonly hang: boolean,
-  ) {}
+    fault?: JobFault,
+  ) {
+    this.hang = fault?.kind === "hang";
+    this.dieAfter = fault?.kind === "die-mid-stream" ? fault.afterTokens : undefined;
+  }
 
   /** Queues the job; with zero delays and a free slot it answers before this returns. */
   begin(): void {
@@ -39,10 +52,34 @@ export class Job implements BatchEntry, TokenSink {
   }
 
   emit(index: number): boolean {
-    if (!this.request.stream) return true;
+    if (!this.request.stream) {
+      if (this.dieAfter !== undefined && index + 1 >= this.dieAfter) this.die();
+      return true;
+    }
     let ok = true;
     for (const event of this.format.tokenEvents(index)) ok = writeEvent(this.res, event);
+    if (this.dieAfter !== undefined && index + 1 >= this.dieAfter) this.die();
     return ok;
+  }
+
+  /** die-mid-stream: cut the connection after what was written so far, and free the slot. */
+  private die(): void {
+    if (this.finished) return;
+    if (!this.request.stream) {
+      const body = JSON.stringify(this.format.fullBody());
+      this.res.writeHead(200, {
+        "content-type": "application/json",
+        "content-length": Buffer.byteLength(body),
+      });
+      this.res.write(body.slice(0, Math.floor(body.length / 2)));
+    }
+    const socket = this.res.socket;
+    this.abort();
+    // Let the bytes written so far leave before the connection dies, so the client sees them: the
+    // response may hold them corked until the next tick.
+    setImmediate(() => {
+      if (socket && !socket.destroyed) socket.end(() => socket.destroy());
+    });
   }
 
   waitForDrain(resume: () => void): void {
@@ -50,6 +87,10 @@ export class Job implements BatchEntry, TokenSink {
   }
 
   done(): void {
+    if (this.dieAfter !== undefined) {
+      this.die();
+      return;
+    }
     this.finished = true;
     // Count it before the client can see the end, so a test reading stats after the response agrees.
     this.batcher.finish(this, "completed");

@@ -2,6 +2,10 @@
  * Public types of the mock worker and the defaults its options resolve to.
  */
 
+import type { CapacityCounters, ReceivedRequest } from "./tracking.js";
+
+export type { CapacityCounters, ReceivedRequest } from "./tracking.js";
+
 export interface MockWorkerOptions {
   /** 0 = ephemeral (default 0). */
   port?: number;
@@ -26,15 +30,43 @@ export interface MockWorkerOptions {
   healthy?: boolean;
   /** Default true; false = /get_server_info omits max_running_requests (to test the 64 fallback). */
   reportCapacity?: boolean;
+  /**
+   * What /get_server_info reports as `max_running_requests`, verbatim, even when it is not a valid
+   * capacity (0, -5, 1e12, "lots"): a worker that lies. Undefined (the default) = maxRunningRequests.
+   * The worker still runs maxRunningRequests at a time. Ignored when reportCapacity is false.
+   */
+  reportedCapacity?: unknown;
+  /**
+   * The model's context length, default 131072: like vLLM and SGLang, a request whose prompt plus
+   * requested output exceeds it is answered 400 (`context_length_exceeded`) instead of generating
+   * forever. Reported as `context_length` by /get_server_info.
+   */
+  contextLength?: number;
+  /** Entries kept by the received-requests log (a ring), default 10000; 0 = count only. */
+  receivedLogSize?: number;
+  /**
+   * Largest request head the worker's HTTP parser accepts, default 16384 (Node's own default, like
+   * a real server's limit). A head beyond it is refused by the parser (431) and counted in
+   * `clientErrors`; raise it to log what a gateway forwarded whatever its size.
+   */
+  maxHeaderSize?: number;
 }
 
-export interface MockWorkerStats {
+export interface MockWorkerStats extends CapacityCounters {
+  /** The worker's real capacity (maxRunningRequests), whatever it reports. */
+  maxRunningRequests: number;
   running: number;
   waiting: number;
   completed: number;
   aborted: number;
   totalRequests: number;
   peakRunning: number;
+  /** Requests logged as received (see received()), the ones the bounded log dropped included. */
+  received: number;
+  /** Requests whose bytes the worker's HTTP parser refused (answered 400/431); resets are not counted. */
+  clientErrors: number;
+  /** Times restart() brought the worker back. */
+  restarts: number;
   lastRequestHeaders?: Record<string, string | string[] | undefined>;
   lastRequestBody?: string;
 }
@@ -45,7 +77,22 @@ export interface MockWorker {
   readonly port: number;
   /** /health answers 503 while unhealthy. */
   setHealthy(healthy: boolean): void;
+  /** Counters; also served as JSON at `GET /mock/stats` (without the last request's headers and body). */
   stats(): MockWorkerStats;
+  /** The received-requests log, oldest first (bounded by receivedLogSize); also at `GET /mock/received`. */
+  received(): ReceivedRequest[];
+  /** Empties the received-requests log. */
+  clearReceived(): void;
+  /** Starts every counter afresh (completed, aborted, totals, peaks, over-capacity, the log). */
+  resetStats(): void;
+  /** Changes what /get_server_info reports as max_running_requests (undefined = the real capacity). */
+  setReportedCapacity(value: unknown): void;
+  /**
+   * Kills the worker as a crash would (every connection destroyed, in-flight work aborted, the
+   * listener closed), waits `downMs` (default 0; connections are refused meanwhile), then listens
+   * again on the same port. Counters carry on across the restart.
+   */
+  restart(options?: { downMs?: number }): Promise<void>;
   /** Closes the server and all sockets promptly. */
   close(): Promise<void>;
 }
@@ -64,12 +111,21 @@ export function resolveOptions(opts: MockWorkerOptions = {}): ResolvedOptions {
     defaultMaxTokens: opts.defaultMaxTokens ?? 16,
     healthy: opts.healthy ?? true,
     reportCapacity: opts.reportCapacity ?? true,
+    reportedCapacity: opts.reportedCapacity,
+    contextLength: opts.contextLength ?? 131_072,
+    receivedLogSize: opts.receivedLogSize ?? 10_000,
+    maxHeaderSize: opts.maxHeaderSize ?? 16 * 1024,
   };
   if (!Number.isInteger(resolved.maxRunningRequests) || resolved.maxRunningRequests < 1) {
     throw new RangeError(`maxRunningRequests must be a positive integer, got ${resolved.maxRunningRequests}`);
   }
   if (!Number.isInteger(resolved.defaultMaxTokens) || resolved.defaultMaxTokens < 0) {
     throw new RangeError(`defaultMaxTokens must be a non-negative integer, got ${resolved.defaultMaxTokens}`);
+  }
+  for (const key of ["contextLength", "receivedLogSize", "maxHeaderSize"] as const) {
+    const v = resolved[key];
+    if (!Number.isInteger(v) || v < 0)
+      throw new RangeError(`${key} must be a non-negative integer, got ${v}`);
   }
   for (const key of ["ttftMs", "tokenDelayMs", "batchSlowdown"] as const) {
     const v = resolved[key];

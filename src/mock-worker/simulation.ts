@@ -53,6 +53,13 @@ export class Batcher {
     this.drain();
   }
 
+  /** Starts the counters afresh; the peak restarts at the number running now. */
+  resetCounters(): void {
+    this.peakRunning = this.running.size;
+    this.completed = 0;
+    this.aborted = 0;
+  }
+
   /** Aborts every waiting and running entry (the worker is closing). */
   abortAll(): void {
     for (const entry of [...this.waiting, ...this.running]) entry.abort();

@@ -1,5 +1,7 @@
 import assert from "node:assert/strict";
 import { describe, test } from "node:test";
+import { pricingSchema } from "../../src/config/pricing.js";
+import { parseSchedulerYaml } from "../../src/config/scheduler-file.js";
 import {
   BudgetBook,
   type BudgetHold,
@@ -8,7 +10,7 @@ import {
   type Usage,
 } from "../../src/core/budgets.js";
 import { ManualClock } from "../../src/core/clock.js";
-import { type Pricing, parseSchedulerYaml, pricingSchema, type TenantPolicy } from "../../src/core/config.js";
+import type { Pricing, TenantPolicy } from "../../src/core/config.js";
 
 /** Saturday 31 January 2026, 23:59 UTC: one minute before both a day and a month boundary. */
 const JAN31_2359 = Date.UTC(2026, 0, 31, 23, 59);
@@ -38,7 +40,7 @@ function use(inputTokens: number, outputTokens: number): Usage {
 }
 
 function admitted(result: BudgetHold | BudgetRejection): BudgetHold {
-  if (!result.ok) assert.fail(`expected admission, got ${result.status} ${result.code}: ${result.message}`);
+  if (!result.ok) assert.fail(`expected admission, got ${result.code}: ${result.message}`);
   return result;
 }
 
@@ -75,16 +77,16 @@ describe("order of checks", () => {
   test("suspended beats window, model, term budget and bucket", () => {
     const { book } = setup({ t: { ...failing, active: false } });
     const r = rejected(book.check("t", "llama-70b", use(500, 500)));
-    assert.equal(r.status, 403);
     assert.equal(r.code, "tenant_inactive");
     assert.equal(r.message, "tenant t is suspended");
     assert.equal(r.retryAfterSecs, undefined);
+    // A reason, not an HTTP answer: the gateway's error table maps the code to its status.
+    assert.deepEqual(Object.keys(r).sort(), ["code", "message", "ok"]);
   });
 
   test("outside the windows beats model, term budget and bucket", () => {
     const { book } = setup({ t: failing });
     const r = rejected(book.check("t", "llama-70b", use(500, 500)));
-    assert.equal(r.status, 403);
     assert.equal(r.code, "tenant_inactive");
     assert.equal(r.message, "tenant t is outside its access windows (Mon-Fri 08:00-20:00 UTC)");
   });
@@ -92,7 +94,6 @@ describe("order of checks", () => {
   test("model beats term budget and bucket", () => {
     const { book } = setup({ t: { ...failing, access_windows: ["Sat 00:00-24:00 UTC"], budget_tokens: 0 } });
     const r = rejected(book.check("t", "llama-70b", use(500, 500)));
-    assert.equal(r.status, 403);
     assert.equal(r.code, "model_not_allowed");
     assert.equal(r.message, 'tenant t may not use model "llama-70b"');
   });
@@ -102,7 +103,6 @@ describe("order of checks", () => {
     admitted(book.check("t", "llama-8b", use(60, 40))); // uses the whole term budget and the whole bucket
     assert.deepEqual(book.remaining("t"), { tokens_per_minute: 0, budget_tokens: 0 });
     const r = rejected(book.check("t", "llama-8b", use(10, 0)));
-    assert.equal(r.status, 403);
     assert.equal(r.code, "tenant_budget_exhausted");
   });
 
@@ -110,7 +110,6 @@ describe("order of checks", () => {
     const { book } = setup({ t: { ...failing, access_windows: undefined, budget_tokens: 1000 } });
     admitted(book.check("t", "llama-8b", use(60, 40)));
     const r = rejected(book.check("t", "llama-8b", use(10, 0)));
-    assert.equal(r.status, 429);
     assert.equal(r.code, "token_budget_exceeded");
     assert.equal(r.retryAfterSecs, 6); // 10 tokens at 100/60 per second
   });
@@ -128,7 +127,6 @@ describe("tenant_inactive", () => {
     const { book } = setup({ t: { active: false } });
     assert.equal(book.governs("t"), true);
     const r = rejected(book.check("t", "llama-8b", use(1, 1)));
-    assert.equal(r.status, 403);
     assert.equal(r.code, "tenant_inactive");
     book.setPolicies(new Map([["t", { active: true }]]), {});
     admitted(book.check("t", "llama-8b", use(1, 1)));
@@ -141,7 +139,6 @@ describe("tenant_inactive", () => {
     });
     assert.equal(book.governs("t"), true);
     const r = rejected(book.check("t", undefined, use(1, 1)));
-    assert.equal(r.status, 403);
     assert.equal(r.code, "tenant_inactive");
     assert.equal(
       r.message,
@@ -175,7 +172,6 @@ describe("model allowlist", () => {
     admitted(book.check("t", "llama-8b", use(1, 1)));
     admitted(book.check("t", "llama-70b", use(1, 1)));
     const r = rejected(book.check("t", "gpt-4o", use(1, 1)));
-    assert.equal(r.status, 403);
     assert.equal(r.code, "model_not_allowed");
     assert.equal(r.message, 'tenant t may not use model "gpt-4o"');
     assert.equal(
@@ -188,7 +184,6 @@ describe("model allowlist", () => {
   test("a request naming no model is rejected when there is an allowlist", () => {
     const { book } = setup({ t: { models: ["llama-8b"] } });
     const r = rejected(book.check("t", undefined, use(1, 1)));
-    assert.equal(r.status, 403);
     assert.equal(r.code, "model_not_allowed");
     assert.equal(r.message, "tenant t may not use model (none given)");
   });
@@ -208,7 +203,6 @@ describe("term budgets", () => {
     admitted(book.check("t", undefined, use(500, 100)));
     assert.deepEqual(book.remaining("t"), { budget_tokens: 0 });
     const r = rejected(book.check("t", undefined, use(1, 0)));
-    assert.equal(r.status, 403);
     assert.equal(r.code, "tenant_budget_exhausted");
     assert.equal(r.message, "tenant t has used its 1000 tokens budget for this month (UTC)");
     assert.equal(r.retryAfterSecs, undefined);
@@ -244,7 +238,6 @@ describe("term budgets", () => {
     admitted(book.check("t", "llama-70b", use(1000, 0))); // $0.002: overshoots to $0.011
     assert.equal(book.remaining("t").budget_cost_usd, 0);
     const r = rejected(book.check("t", "llama-8b", use(1, 0)));
-    assert.equal(r.status, 403);
     assert.equal(r.code, "tenant_budget_exhausted");
     assert.equal(r.message, "tenant t has used its 0.01 USD budget for this month (UTC)");
   });
@@ -346,7 +339,6 @@ describe("per-minute token bucket", () => {
     admitted(book.check("t", undefined, use(500, 100)));
     assert.deepEqual(book.remaining("t"), { tokens_per_minute: 0 });
     const r = rejected(book.check("t", undefined, use(80, 20)));
-    assert.equal(r.status, 429);
     assert.equal(r.code, "token_budget_exceeded");
     assert.equal(r.message, "tenant t is over its 600 tokens per minute");
     assert.equal(r.retryAfterSecs, 10);

@@ -1,12 +1,26 @@
 import assert from "node:assert/strict";
 import { describe, test } from "node:test";
+import fc from "fast-check";
+import type { z } from "zod";
+import {
+  classSettingsSchema,
+  parseSchedulerConfig,
+  parseSchedulerYaml,
+  tenantPolicySchema,
+} from "../../src/config/scheduler-file.js";
+import { toConfigError } from "../../src/config/zod-errors.js";
 import {
   BUILTIN_CLASS_DEFAULTS,
+  CLASS_SETTING_KEYS,
+  resolveClassSettings,
+  TENANT_POLICY_KEYS,
+  validateClassBlock,
+  validateTenantPolicy,
+} from "../../src/core/config.js";
+import {
   ConfigError,
   createScheduler,
   ManualClock,
-  parseSchedulerConfig,
-  parseSchedulerYaml,
   ReservationsExceedCapacityError,
 } from "../../src/index.js";
 
@@ -342,6 +356,99 @@ describe("reservations against capacity at startup", () => {
     assert.deepEqual(
       [snap.classes.system.reserved, snap.classes.interactive.reserved, snap.classes.default.reserved],
       [4, 6, 0],
+    );
+  });
+});
+
+describe("the core's validation and the file schemas agree", () => {
+  /** The message of what `fn` throws, or the value it returns. */
+  function outcome(fn: () => unknown): { error: string } | { value: unknown } {
+    try {
+      return { value: fn() };
+    } catch (err) {
+      assert.ok(err instanceof ConfigError, `expected a ConfigError, got ${String(err)}`);
+      return { error: err.message };
+    }
+  }
+  function viaSchema(schema: z.ZodType, raw: unknown, prefix: string): unknown {
+    const parsed = schema.safeParse(raw);
+    if (!parsed.success) throw toConfigError(parsed.error, prefix);
+    return parsed.data;
+  }
+
+  const anyValue = fc.oneof(
+    fc.integer({ min: -3, max: 3 }),
+    fc.double(),
+    fc.constantFrom(0.5, -0.5, 1e9, Number.NaN, Number.POSITIVE_INFINITY, Number.NEGATIVE_INFINITY),
+    fc.boolean(),
+    fc.constantFrom("day", "month", "bulk", "system", "urgent", "", "Mon-Fri 08:00-20:00 UTC", "08:00"),
+    fc.constant(null),
+    fc.array(fc.oneof(fc.string(), fc.integer(), fc.constant("Sat-Sun 00:00-24:00 UTC")), { maxLength: 2 }),
+    fc.constant({}),
+  );
+  const block = (keys: readonly string[]) =>
+    fc.oneof(
+      fc.dictionary(fc.constantFrom(...keys, "queue_depth", "priority"), anyValue, { maxKeys: 4 }),
+      anyValue,
+    );
+
+  test("a class block gets the same verdict from both", () => {
+    fc.assert(
+      fc.property(block(CLASS_SETTING_KEYS), (raw) => {
+        assert.deepEqual(
+          outcome(() => validateClassBlock(raw, "classes.bulk")),
+          outcome(() => viaSchema(classSettingsSchema, raw, "classes.bulk")),
+        );
+      }),
+      { numRuns: 2000 },
+    );
+  });
+
+  test("a tenant policy gets the same verdict from both", () => {
+    fc.assert(
+      fc.property(block(TENANT_POLICY_KEYS), (raw) => {
+        assert.deepEqual(
+          outcome(() => validateTenantPolicy(raw, "tenant_policies.auth:a")),
+          outcome(() =>
+            viaSchema(
+              tenantPolicySchema.nullish().transform((p) => p ?? {}),
+              raw,
+              "tenant_policies.auth:a",
+            ),
+          ),
+        );
+      }),
+      { numRuns: 2000 },
+    );
+  });
+
+  test("createScheduler reports a bad value like the YAML does", () => {
+    const cases: Array<[string, Record<string, unknown>]> = [
+      ["classes:\n  bulk:\n    queue_size: 1.5\n", { classes: { bulk: { queue_size: 1.5 } } }],
+      ["classes:\n  bulk: 5\n", { classes: { bulk: 5 } }],
+      ["classes:\n  urgent: {}\n", { classes: { urgent: {} } }],
+      ['tenant_policies:\n  "auth:a":\n    weight: -1\n', { tenantPolicies: { "auth:a": { weight: -1 } } }],
+      ['tenant_policies:\n  "auth:a":\n    models: [1]\n', { tenantPolicies: { "auth:a": { models: [1] } } }],
+      ['tenant_policies:\n  "auth:a": 3\n', { tenantPolicies: { "auth:a": 3 } }],
+    ];
+    for (const [yaml, options] of cases) {
+      assert.equal(
+        configErrorOf(() => createScheduler({ capacity: 500, clock: new ManualClock(), ...options })).message,
+        yamlError(yaml),
+        yaml,
+      );
+    }
+  });
+
+  test("a complete settings table resolves to itself, and is still checked", () => {
+    assert.deepEqual(resolveClassSettings(BUILTIN_CLASS_DEFAULTS), BUILTIN_CLASS_DEFAULTS);
+    const bad = {
+      ...BUILTIN_CLASS_DEFAULTS,
+      bulk: { ...BUILTIN_CLASS_DEFAULTS.bulk, queue_timeout_secs: 0 },
+    };
+    assert.equal(
+      configErrorOf(() => createScheduler({ capacity: 500, clock: new ManualClock(), classes: bad })).message,
+      "classes.bulk.queue_timeout_secs: must be > 0",
     );
   });
 });

@@ -153,7 +153,7 @@ describe("weighted fair queuing within a class", () => {
     );
     await d.run();
     assertShares(d.costs, { w1: 1, w2: 2, w5: 5 }, 0.02);
-    // Tighter than the requirement: SCFQ keeps each flow within a few requests of its share.
+    // Tighter than the requirement: counters keep each flow within a few requests of its share.
     assert.ok(Math.abs(d.counts.get("w1")! - 3000) <= 10, `w1 admitted ${d.counts.get("w1")}`);
     assert.ok(Math.abs(d.counts.get("w5")! - 15_000) <= 10, `w5 admitted ${d.counts.get("w5")}`);
   });

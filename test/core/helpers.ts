@@ -1,5 +1,25 @@
 /** Shared helpers for the core tests: deterministic flushing, promise tracking, config shortcuts. */
-import type { AdmissionError, ClassOverrides, ClassSettings, PriorityClass } from "../../src/index.js";
+
+import { ManualClock } from "../../src/core/clock.js";
+import type { ClassOverrides, ClassSettings } from "../../src/core/config.js";
+import {
+  type AcquireOptions,
+  createScheduler,
+  type Scheduler,
+  type SchedulerOptions,
+} from "../../src/core/engine.js";
+import type { SchedulerPermit } from "../../src/core/inflight.js";
+import type { AdmissionError, PriorityClass } from "../../src/index.js";
+
+/** The scheduler as white-box tests see it: each permit with the engine's state (preempted, promoted...). */
+export interface TestScheduler extends Omit<Scheduler, "acquire"> {
+  acquire(options?: AcquireOptions): Promise<SchedulerPermit>;
+}
+
+/** createScheduler, typed for white-box tests: every permit it grants is a SchedulerPermit. */
+export function createTestScheduler(options: SchedulerOptions): TestScheduler {
+  return createScheduler(options) as TestScheduler;
+}
 
 /** Lets every pending microtask (and promise reaction chain) run, without touching the clock. */
 export function flush(): Promise<void> {
@@ -55,4 +75,15 @@ export function noReservations(
     default: { reserved_floor: 0, ...extra.default },
     bulk: { reserved_floor: 0, ...extra.bulk },
   };
+}
+
+/** A manual clock that refuses to fire more than 100 timers in one run (the fractional-deadline hang). */
+export class GuardedClock extends ManualClock {
+  fired = 0;
+  override setTimer(fn: () => void, delayMs: number) {
+    return super.setTimer(() => {
+      if (++this.fired > 100) throw new Error("timer storm: the deadline keeps re-arming");
+      fn();
+    }, delayMs);
+  }
 }

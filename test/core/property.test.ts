@@ -7,18 +7,16 @@
 import assert from "node:assert/strict";
 import { describe, test } from "node:test";
 import fc from "fast-check";
+import type { SchedulerPermit } from "../../src/core/inflight.js";
 import {
   type AdmissionError,
   type AdmissionOutcome,
   type ClassOverrides,
-  createScheduler,
   ManualClock,
-  type Permit,
   PRIORITY_CLASSES,
   type PriorityClass,
-  type Scheduler,
 } from "../../src/index.js";
-import { flush, type Tracked, track } from "./helpers.js";
+import { createTestScheduler, flush, type TestScheduler, type Tracked, track } from "./helpers.js";
 
 const RANK: Record<PriorityClass, number> = { bulk: 0, default: 1, interactive: 2, system: 3 };
 const TENANTS = ["t-system", "t-interactive", "t-plain"] as const;
@@ -101,7 +99,7 @@ interface Req {
   tenant: string;
   requestedAt: number;
   controller: AbortController | undefined;
-  tracked: Tracked<Permit>;
+  tracked: Tracked<SchedulerPermit>;
   /** Queue length of its class just before it arrived (model). */
   queuedBefore: number;
   aborted: boolean;
@@ -129,12 +127,12 @@ async function runScenario(classes: Record<PriorityClass, ClassGen>, startCapaci
 
   // Observer checks made at the instant of each event.
   let preempting = false;
-  let sched: Scheduler | undefined;
+  let sched: TestScheduler | undefined;
   const violations: string[] = [];
   const timeoutWaits: Array<[PriorityClass, number]> = [];
   const preemptions: Array<[PriorityClass, PriorityClass]> = [];
   const outcomeCounts = new Map<AdmissionOutcome, number>();
-  const s = createScheduler({
+  const s = createTestScheduler({
     capacity,
     clock,
     classes: overrides,

@@ -96,7 +96,7 @@ describe("gateway under churn", () => {
     );
     for (const w of fleet.gateway.workers.workers)
       assert.equal(w.inflight, 0, `gateway in-flight count on ${w.url}`);
-    const counters = fleet.gateway.admission.scheduler!.counters();
+    const counters = fleet.gateway.admission.counters()!;
     let preempted = 0;
     for (const cls of CLASSES) preempted += counters.admissions[cls].preempted;
     // Every 503 is a preemption; a preempted request whose client also left counts as aborted here.

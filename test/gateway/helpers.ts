@@ -17,6 +17,7 @@ import { stringify as stringifyYaml } from "yaml";
 import type { PriorityClass } from "../../src/core/class.js";
 import type { SchedulerSnapshot } from "../../src/core/events.js";
 import { DEFAULT_HEALTH, type GatewayOptions, type WorkerSpec } from "../../src/gateway/options.js";
+import type { OutcomeRecord } from "../../src/gateway/outcome.js";
 import { type Gateway, startGateway } from "../../src/gateway/server.js";
 import { type MockWorker, type MockWorkerOptions, startMockWorker } from "../../src/mock-worker/index.js";
 
@@ -131,6 +132,8 @@ export interface Fleet {
   readonly workers: MockWorker[];
   readonly logs: LogLine[];
   readonly url: string;
+  /** Every outcome record the gateway emitted, in order. */
+  readonly outcomes: OutcomeRecord[];
   /** The scheduler snapshot (fails when the gateway is in legacy mode). */
   snapshot(): SchedulerSnapshot;
   /** One request to the gateway, body read to the end. */
@@ -214,37 +217,41 @@ export async function startFleet(t: TestContext, options: FleetOptions = {}): Pr
       ? undefined
       : await writeTempFile(t, "priority.yaml", options.schedulerYaml);
   const { logger, lines } = captureLogger();
+  const outcomes: OutcomeRecord[] = [];
   const specs: WorkerSpec[] = workers.map((w, i) => ({ url: w.url, capacity: options.workerCapacity?.[i] }));
   specs.push(...(options.extraWorkers ?? []));
-  gateway = await startGateway({
-    workers: specs,
-    host: "127.0.0.1",
-    port: 0,
-    policy: "round_robin",
-    priorityScheduler: {
-      enabled: true,
-      defaultMaxClass: "system",
-      configPath,
-      tenantMetricTopN: 32,
-      ...options.priorityScheduler,
+  gateway = await startGateway(
+    {
+      workers: specs,
+      host: "127.0.0.1",
+      port: 0,
+      policy: "round_robin",
+      priorityScheduler: {
+        enabled: true,
+        defaultMaxClass: "system",
+        configPath,
+        tenantMetricTopN: 32,
+        ...options.priorityScheduler,
+      },
+      legacy: { maxConcurrentRequests: -1, queueSize: 100, queueTimeoutSecs: 60, ...options.legacy },
+      apiKeys: [],
+      trustedTenantHeader: null,
+      requireAuth: false,
+      maxPayloadSize: 1024 * 1024,
+      requestTimeoutSecs: 30,
+      health: {
+        ...DEFAULT_HEALTH,
+        intervalSecs: 0.05,
+        timeoutSecs: 1,
+        failureThreshold: 1,
+        successThreshold: 1,
+        ...options.health,
+      },
+      logger,
+      ...options.gateway,
     },
-    legacy: { maxConcurrentRequests: -1, queueSize: 100, queueTimeoutSecs: 60, ...options.legacy },
-    apiKeys: [],
-    trustedTenantHeader: null,
-    requireAuth: false,
-    maxPayloadSize: 1024 * 1024,
-    requestTimeoutSecs: 30,
-    health: {
-      ...DEFAULT_HEALTH,
-      intervalSecs: 0.05,
-      timeoutSecs: 1,
-      failureThreshold: 1,
-      successThreshold: 1,
-      ...options.health,
-    },
-    logger,
-    ...options.gateway,
-  });
+    { record: (o) => outcomes.push(o) },
+  );
   const gw = gateway;
 
   const send = (path: string, o?: SendOptions) => sendTo(gw.url, path, o, agent);
@@ -261,13 +268,15 @@ export async function startFleet(t: TestContext, options: FleetOptions = {}): Pr
     workers,
     logs: lines,
     url: gw.url,
+    outcomes,
     snapshot() {
-      const scheduler = gw.admission.scheduler;
+      const snapshot = gw.admission.snapshot();
+      const classes = snapshot.classes;
       assert.ok(
-        scheduler,
+        classes !== null,
         `expected scheduler mode, got ${gw.admission.mode} (${gw.admission.fallbackReason})`,
       );
-      return scheduler.snapshot();
+      return { ...snapshot, classes };
     },
     send,
     chat,

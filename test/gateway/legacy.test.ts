@@ -27,15 +27,15 @@ describe("gateway legacy admission", () => {
     });
     const admission = fleet.gateway.admission;
     assert.equal(admission.mode, "legacy");
-    assert.equal(admission.scheduler, undefined);
+    assert.equal(admission.snapshot().classes, null);
     assert.equal(admission.fallbackReason, undefined);
     assert.equal(errorLines(fleet.logs).length, 0, "a disabled scheduler is not an error");
 
     const held = fleet.hold({}, { "x-mock-ttft-ms": "5000" });
-    await waitFor(() => admission.legacy!.inflight === 1, "the only legacy slot is taken");
+    await waitFor(() => admission.snapshot().inflight === 1, "the only legacy slot is taken");
     const started = performance.now();
     const queued = fleet.hold();
-    await waitFor(() => admission.legacy!.queued === 1, "the second request queued");
+    await waitFor(() => admission.snapshot().queued === 1, "the second request queued");
 
     // Priorities mean nothing to the legacy limiter: a system request neither preempts nor jumps.
     const full = await fleet.chat({}, { "x-smg-priority": "system" });
@@ -50,7 +50,7 @@ describe("gateway legacy admission", () => {
     assert.ok(waited >= 250 && waited < 5000, `timed out after about 0.3 s (${Math.round(waited)} ms)`);
 
     await held.cancel();
-    await waitFor(() => admission.legacy!.inflight === 0, "the legacy slot freed");
+    await waitFor(() => admission.snapshot().inflight === 0, "the legacy slot freed");
     const ok = await fleet.chat();
     assertOk(ok);
     assert.equal(ok.headers["x-sluice-admission"], "fast");
@@ -66,7 +66,7 @@ describe("gateway legacy admission", () => {
   test("built-in reservations exceeding capacity (a capacity-8 worker) -> legacy with an ERROR log", async (t) => {
     const fleet = await startFleet(t, { workers: [{ maxRunningRequests: 8 }] });
     const admission = fleet.gateway.admission;
-    assert.equal(fleet.gateway.workers.capacity, 8);
+    assert.equal(fleet.gateway.capacity.capacity, 8);
     assert.equal(admission.mode, "legacy");
     assert.match(admission.fallbackReason ?? "", /reservations total \d+ exceed capacity 8/);
     const errors = errorLines(fleet.logs);

@@ -168,14 +168,21 @@ describe("gateway in-flight failures", () => {
       priorityScheduler: { enabled: false },
       legacy: { maxConcurrentRequests: 1, queueSize: 5, queueTimeoutSecs: 60 },
     });
-    const legacy = fleet.gateway.admission.legacy!;
+    const legacy = {
+      get inflight() {
+        return fleet.gateway.admission.snapshot().inflight;
+      },
+      get queued() {
+        return fleet.gateway.admission.snapshot().queued;
+      },
+    };
     const held = fleet.hold({}, { "x-mock-ttft-ms": "5000" });
     await waitFor(() => legacy.inflight === 1, "slot taken");
     const queued = fleet.hold();
     await waitFor(() => legacy.queued === 1, "queued");
     await queued.cancel();
     await waitFor(() => legacy.queued === 0, "left the queue", { timeoutMs: 1000, intervalMs: 1 });
-    assert.equal(legacy.counters().clientCancelled, 1);
+    assert.equal(metric(await fleet.scrape(), "sluice_http_requests_total", { status: "499" }), 1);
     await held.cancel();
     await waitFor(() => legacy.inflight === 0, "slot freed");
     assertOk(await fleet.chat());

@@ -161,7 +161,7 @@ describe("gateway scheduler: preemption", () => {
     const bulk = await holdSlot(fleet, { "x-smg-priority": "bulk" });
     const interactive = fleet.hold({}, { "x-smg-priority": "interactive" });
     await waitFor(() => fleet.snapshot().classes.interactive.queued === 1, "interactive queued");
-    assert.equal(fleet.gateway.admission.scheduler!.counters().preemptions.bulk.interactive, 0);
+    assert.equal(fleet.gateway.admission.counters()!.preemptions.bulk.interactive, 0);
     await bulk.cancel();
     const reply = await interactive.result;
     assertOk(reply);
@@ -269,7 +269,7 @@ describe("gateway scheduler: starvation and header parsing", () => {
     );
 
     const bulk = await fleet.chat({ max_tokens: 1 }, { "x-smg-priority": "bulk", "x-mock-ttft-ms": "0" });
-    const servedBeforeStop = fleet.gateway.admission.scheduler!.counters().admissions.interactive.admitted;
+    const servedBeforeStop = fleet.gateway.admission.counters()!.admissions.interactive.admitted;
     stop = true;
     await Promise.all([loopA, loopB]);
 

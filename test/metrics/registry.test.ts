@@ -1,7 +1,8 @@
 import assert from "node:assert/strict";
 import { describe, test } from "node:test";
+import { ADMISSION_OUTCOMES } from "../../src/core/events.js";
+import type { SchedulerPermit } from "../../src/core/inflight.js";
 import {
-  ADMISSION_OUTCOMES,
   ClientCancelledError,
   createScheduler,
   ManualClock,
@@ -76,7 +77,7 @@ async function drive(): Promise<Driven> {
   const a = await scheduler.acquire({ priority: "bulk", tenant: "auth:a" });
   const b = await scheduler.acquire({ priority: "bulk", tenant: "auth:b" });
   const interactive = await scheduler.acquire({ priority: "interactive", tenant: "auth:a" });
-  assert.equal(b.preempted, true);
+  assert.equal((b as SchedulerPermit).preempted, true);
   b.release();
 
   const q1 = scheduler.acquire({ priority: "bulk", tenant: "auth:b" });
@@ -100,7 +101,7 @@ async function drive(): Promise<Driven> {
   clock.advance(21_000);
   a.release();
   const promoted = await q1;
-  assert.equal(promoted.promoted, true);
+  assert.equal((promoted as SchedulerPermit).promoted, true);
   assert.equal(scheduler.queued, 1);
   return { metrics, scheduler, clock, interactive, waiterD };
 }

@@ -42,8 +42,8 @@ function json(text: string): Record<string, unknown> {
 }
 
 function assertCapacity(stack: Stack, capacity: number, pinned: number | null): void {
-  assert.equal(stack.gateway.workers.capacity, capacity);
-  assert.equal(stack.gateway.workers.pinnedCapacity ?? null, pinned);
+  assert.equal(stack.gateway.capacity.capacity, capacity);
+  assert.equal(stack.gateway.capacity.pinned ?? null, pinned);
   assert.equal(stack.snapshot().capacity, capacity);
 }
 

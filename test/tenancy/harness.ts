@@ -309,9 +309,10 @@ export async function startStack(t: TestContext, o: StackOptions = {}): Promise<
       return JSON.parse(reply.text) as AdminStatus;
     },
     snapshot() {
-      const s = gw.admission.scheduler;
-      assert.ok(s);
-      return s.snapshot();
+      const s = gw.admission.snapshot();
+      const classes = s.classes;
+      assert.ok(classes !== null);
+      return { ...s, classes };
     },
     async scrape() {
       const reply = await send("/metrics");

@@ -1,0 +1,38 @@
+/**
+ * A capacity an operator pins (admin API `PUT /api/v1/capacity`) over another source; unpinning
+ * returns to that source's value. Changes apply at once.
+ */
+import { CapacityNotifier, type CapacitySource } from "./source.js";
+
+export class PinnableCapacity implements CapacitySource {
+  private readonly notifier = new CapacityNotifier();
+  private pin: number | undefined;
+
+  constructor(private readonly inner: CapacitySource) {
+    inner.subscribe(() => this.notifier.changed(this.capacity));
+  }
+
+  get capacity(): number {
+    return this.pin ?? this.inner.capacity;
+  }
+
+  /** The pinned value, if any. */
+  get pinned(): number | undefined {
+    return this.pin;
+  }
+
+  /** The value underneath the pin. */
+  get underlying(): number {
+    return this.inner.capacity;
+  }
+
+  /** Pins capacity (undefined = back to the source underneath). */
+  setPin(capacity: number | undefined): void {
+    this.pin = capacity;
+    this.notifier.changed(this.capacity);
+  }
+
+  subscribe(listener: (capacity: number) => void): void {
+    this.notifier.subscribe(listener);
+  }
+}

@@ -1,0 +1,28 @@
+/**
+ * The capacity-source seam: where the number of concurrent requests the fleet can run comes from.
+ * Discovered (the workers' reports), pinned (an operator's number), and adaptive (a controller
+ * driven by latency) all answer the same two questions: what is it now, and tell me when it moves.
+ */
+export interface CapacitySource {
+  /** Capacity in force now (>= 0). */
+  readonly capacity: number;
+  /** Calls `listener` with the new capacity whenever it changes. */
+  subscribe(listener: (capacity: number) => void): void;
+}
+
+/** Listeners and change detection, shared by the sources. */
+export class CapacityNotifier {
+  private readonly listeners: Array<(capacity: number) => void> = [];
+  private last = -1;
+
+  subscribe(listener: (capacity: number) => void): void {
+    this.listeners.push(listener);
+  }
+
+  /** Tells the listeners, when `capacity` differs from the last value told. */
+  changed(capacity: number): void {
+    if (capacity === this.last) return;
+    this.last = capacity;
+    for (const listener of this.listeners) listener(capacity);
+  }
+}

@@ -1,0 +1,94 @@
+/**
+ * `sluice simulate <scenario.yaml>`: runs a scenario's policies against simulated workers on
+ * virtual time and prints a summary table (or the JSON report with --json); --out DIR also writes
+ * report.json, summary.txt and SVG charts there, atomically. See docs/simulate.md.
+ */
+import { Command, InvalidArgumentError } from "commander";
+import { loadScenario, simulate } from "../sim/index.js";
+import { writeOutputDir } from "../sim/output.js";
+import { POLICY_NAMES, type PolicyName } from "../sim/scenario.js";
+import { reportCharts } from "../sim/svg.js";
+import { summaryTable } from "../sim/table.js";
+
+function intArg(raw: string): number {
+  const n = Number(raw);
+  if (raw.trim() === "" || !Number.isInteger(n) || n < 0)
+    throw new InvalidArgumentError("must be an integer >= 0");
+  return n;
+}
+
+const UNITS: Record<string, number> = { ms: 0.001, s: 1, m: 60, h: 3600 };
+function durationArg(raw: string): number {
+  const m = /^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h)?\s*$/.exec(raw);
+  if (!m || Number(m[1]) <= 0)
+    throw new InvalidArgumentError("must be a duration > 0 (seconds, or e.g. 90s, 10m, 1h)");
+  return Number(m[1]) * UNITS[m[2] ?? "s"]!;
+}
+
+function policiesArg(raw: string): PolicyName[] {
+  const list = raw.split(",").map((s) => s.trim());
+  for (const p of list) {
+    if (!(POLICY_NAMES as readonly string[]).includes(p)) {
+      throw new InvalidArgumentError(`must be a comma-separated list of ${POLICY_NAMES.join(", ")}`);
+    }
+  }
+  return list as PolicyName[];
+}
+
+interface SimulateFlags {
+  seed?: number;
+  out?: string;
+  json?: boolean;
+  watch?: boolean;
+  duration?: number;
+  policies?: PolicyName[];
+}
+
+export async function runSimulateCli(argv: string[]): Promise<void> {
+  const program = new Command("simulate")
+    .description("Run a scenario against simulated workers with the real scheduler on virtual time")
+    .argument("<scenario>", "scenario YAML file (see docs/simulate.md)")
+    .option("--seed <n>", "random seed (overrides the scenario's)", intArg)
+    .option("--out <dir>", "write report.json, summary.txt and charts/*.svg to this directory")
+    .option("--json", "print the JSON report instead of the table")
+    .option("--watch", "print progress to stderr while it runs")
+    .option("--duration <d>", "simulate this long instead of the scenario's duration (e.g. 5m)", durationArg)
+    .option("--policies <list>", `run only these policies (${POLICY_NAMES.join(",")})`, policiesArg)
+    .exitOverride()
+    .configureOutput({ writeErr: () => {} })
+    .allowExcessArguments(false);
+  program.parse(argv, { from: "user" });
+  const flags = program.opts<SimulateFlags>();
+  const path = program.args[0]!;
+  const scenario = loadScenario(path, {
+    seed: flags.seed,
+    durationSecs: flags.duration,
+    policies: flags.policies,
+  });
+  const started = performance.now();
+  const wall = () => ((performance.now() - started) / 1000).toFixed(1);
+  const report = await simulate(scenario, {
+    onProgress: flags.watch
+      ? (p) =>
+          process.stderr.write(
+            `  t=${(p.simMs / 1000).toFixed(0)}s  queued=${p.queued}  in flight=${p.inflight}  done=${p.done}  (${wall()} s wall)\n`,
+          )
+      : undefined,
+    onRunDone: flags.watch
+      ? (policy, info) => process.stderr.write(`${policy}: ${info.events} events, ${wall()} s wall\n`)
+      : undefined,
+  });
+  const json = `${JSON.stringify(report, null, 1)}\n`;
+  const table = summaryTable(report);
+  if (flags.out !== undefined) {
+    const files: Record<string, string> = { "report.json": json, "summary.txt": table };
+    for (const [name, svg] of Object.entries(reportCharts(report))) files[`charts/${name}`] = svg;
+    await writeOutputDir(flags.out, files);
+  }
+  process.stdout.write(flags.json ? json : table);
+  if (!flags.json) {
+    process.stderr.write(
+      `simulated in ${wall()} s${flags.out !== undefined ? `; wrote ${flags.out}` : ""}\n`,
+    );
+  }
+}

@@ -1,0 +1,349 @@
+/**
+ * A lease owns one request from arrival to its one outcome. Whatever ends the request — completion,
+ * a rejection, preemption, the client going away, a worker failure, a timeout — ends it through
+ * `end`, which runs once: it writes the answer (or cuts the stream), gives back the worker and the
+ * slot, settles the tenant's budgets and fair share, counts it, and emits the outcome record.
+ * Exactly one release happens by construction.
+ */
+import type { IncomingMessage, ServerResponse } from "node:http";
+import type { Logger } from "pino";
+import type { Dispatcher } from "undici";
+import type { BudgetBook, BudgetHold, Usage } from "../core/budgets.js";
+import { AdmissionError } from "../core/errors.js";
+import type { CancelSignal } from "../core/signal.js";
+import type { SluiceMetrics } from "../metrics/index.js";
+import type { AdmissionBackend, Slot } from "../state/backend.js";
+import { closeAfterAnswer } from "./client-guard.js";
+import type { RequestEstimate } from "./cost.js";
+import type { ErrorCode } from "./error-table.js";
+import { GatewayError, sendError, toGatewayError } from "./http-errors.js";
+import type { AdmissionPath, OutcomeKind, OutcomeRecord, OutcomeSink } from "./outcome.js";
+import type { TenantActivity } from "./tenant-activity.js";
+import { ANONYMOUS_TENANT } from "./tenants.js";
+import { type BodyTransform, type ExchangeOwner, UpstreamExchange, upstreamFailure } from "./upstream.js";
+import { UsageReader } from "./usage.js";
+import type { Worker, WorkerPool } from "./workers.js";
+
+/** What every lease needs from the gateway. */
+export interface LeaseContext {
+  readonly admission: AdmissionBackend;
+  readonly workers: WorkerPool;
+  readonly budgets: BudgetBook;
+  readonly metrics: SluiceMetrics;
+  readonly activity: TenantActivity;
+  readonly outcomes: OutcomeSink | undefined;
+  readonly logger: Logger;
+}
+
+/** How a request ended, as the lifecycle reports it to its lease. */
+type Ending = { answered: number } | { failed: unknown };
+
+const CLIENT_GONE = new Error("the client went away");
+
+function outcomeOf(code: ErrorCode): OutcomeKind {
+  switch (code) {
+    case "scheduler_preempted":
+      return "preempted";
+    case "scheduler_client_cancelled":
+    case "admission_client_cancelled":
+      return "cancelled";
+    case "scheduler_queue_timeout":
+    case "admission_queue_timeout":
+    case "request_header_timeout":
+    case "request_body_timeout":
+    case "upstream_timeout":
+      return "timeout";
+    case "upstream_unavailable":
+    case "upstream_reset":
+    case "upstream_bad_response":
+    case "internal_error":
+    case "no_healthy_workers":
+      return "error";
+    default:
+      return "rejected";
+  }
+}
+
+/**
+ * The lease is its own cancel signal (the core's CancelSignal: `aborted`, add/removeEventListener):
+ * it fires when the client goes away or the slot is preempted, and costs no AbortController.
+ */
+export class Lease implements ExchangeOwner, CancelSignal {
+  readonly tsMs = Date.now();
+  private readonly t0 = performance.now();
+  tenant = ANONYMOUS_TENANT;
+  estimate: RequestEstimate | undefined;
+  hold: BudgetHold | undefined;
+  slot: Slot | undefined;
+  worker: Worker | undefined;
+  /** The worker's reported usage, once its answer has been read. */
+  private reader: UsageReader | undefined;
+  /** Strip the usage chunk sluice itself asked for from a stream. */
+  stripUsage = false;
+  readonly answerHeaders: string[];
+  private exchange: UpstreamExchange | undefined;
+  private abortListeners: Array<() => void> | undefined;
+  private firstByteMs: number | undefined;
+  private clientGone = false;
+  private preempted = false;
+  private ended = false;
+  private settleExchange: ((status: number) => void) | undefined;
+  private failExchange: ((error: Error) => void) | undefined;
+
+  constructor(
+    private readonly ctx: LeaseContext,
+    private readonly req: IncomingMessage,
+    private readonly res: ServerResponse,
+    readonly requestId: string,
+  ) {
+    this.answerHeaders = ["x-request-id", requestId];
+    res.on("close", this.onClose);
+  }
+
+  // --- CancelSignal: fired when the client goes away or the slot is preempted -----------------
+
+  get aborted(): boolean {
+    return this.clientGone || this.preempted;
+  }
+
+  addEventListener(_type: "abort", listener: () => void): void {
+    if (this.abortListeners === undefined) this.abortListeners = [listener];
+    else this.abortListeners.push(listener);
+  }
+
+  removeEventListener(_type: "abort", listener: () => void): void {
+    const listeners = this.abortListeners;
+    if (listeners === undefined) return;
+    const i = listeners.indexOf(listener);
+    if (i !== -1) listeners.splice(i, 1);
+  }
+
+  private fireAbort(): void {
+    const listeners = this.abortListeners;
+    if (listeners === undefined) return;
+    this.abortListeners = undefined;
+    for (const listener of listeners) listener();
+  }
+
+  get isClientGone(): boolean {
+    return this.clientGone;
+  }
+
+  private readonly onClose = (): void => {
+    if (this.res.writableFinished) return;
+    this.clientGone = true;
+    this.fireAbort();
+    this.exchange?.abort(CLIENT_GONE);
+  };
+
+  private readonly onPreempted = (error: Error): void => {
+    this.preempted = true;
+    this.fireAbort();
+    this.exchange?.abort(error);
+  };
+
+  /** The admit stage got a slot: from now on the lease holds it. */
+  admitted(slot: Slot): void {
+    this.slot = slot;
+    this.ctx.activity.inflight(this.tenant, 1);
+    slot.onPreempt(this.onPreempted);
+    this.answerHeaders.push(
+      "x-sluice-admission",
+      slot.admission,
+      "x-sluice-queue-wait-ms",
+      String(Math.round(slot.queueWaitMs)),
+    );
+  }
+
+  /** The dispatch stage chose a worker. */
+  dispatched(worker: Worker): void {
+    this.worker = worker;
+  }
+
+  /** Runs the exchange with the worker; resolves with the worker's status. */
+  forward(options: Omit<Dispatcher.DispatchOptions, "origin">): Promise<number> {
+    const worker = this.worker!;
+    return new Promise<number>((resolve, reject) => {
+      this.settleExchange = resolve;
+      this.failExchange = reject;
+      this.exchange = new UpstreamExchange(this, this.res);
+      if (this.clientGone) this.exchange.abort(CLIENT_GONE);
+      else if (this.preempted) this.exchange.abort(new Error("preempted"));
+      worker.pool.dispatch(options, this.exchange);
+    });
+  }
+
+  // --- ExchangeOwner -------------------------------------------------------------------------
+
+  markFirstByte(): boolean {
+    if (this.slot !== undefined && !this.slot.markFirstByte()) return false;
+    this.firstByteMs = performance.now() - this.t0;
+    return true;
+  }
+
+  observe(contentType: string | undefined): BodyTransform | undefined {
+    this.reader = new UsageReader(contentType, this.stripUsage);
+    return this.reader;
+  }
+
+  exchangeDone(status: number): void {
+    this.settleExchange?.(status);
+  }
+
+  exchangeFailed(error: Error): void {
+    this.failExchange?.(error);
+  }
+
+  // --- the one exit ----------------------------------------------------------------------------
+
+  /** The worker's answer went out in full, with this status. */
+  answered(status: number): void {
+    this.end({ answered: status });
+  }
+
+  /** The request failed at any stage. */
+  failed(error: unknown): void {
+    this.end({ failed: error });
+  }
+
+  private end(ending: Ending): void {
+    if (this.ended) return;
+    this.ended = true;
+    const { ctx, res } = this;
+    res.off("close", this.onClose);
+
+    // 1. The answer.
+    const bytesSent = res.headersSent;
+    let status: number;
+    let code: ErrorCode | undefined;
+    let outcome: OutcomeKind;
+    if ("answered" in ending) {
+      status = ending.answered;
+      outcome = status >= 500 ? "error" : "ok";
+      if (status >= 500) ctx.metrics.upstreamErrors.inc({ kind: "status_5xx" });
+    } else {
+      const error = this.errorFor(ending.failed);
+      status = error.status;
+      code = error.code;
+      outcome = outcomeOf(code);
+      if (bytesSent || status === 499 || res.destroyed) {
+        // The answer already started (the stream is cut), or nobody is left to answer.
+        if (!res.destroyed) res.destroy();
+      } else {
+        if (!this.req.complete) closeAfterAnswer(this.req, res);
+        sendError(res, error, { "x-request-id": this.requestId });
+      }
+    }
+
+    // 2. Give back what the request holds.
+    if (this.worker !== undefined) ctx.workers.release(this.worker);
+    const slot = this.slot;
+    if (slot !== undefined) {
+      slot.release();
+      ctx.activity.inflight(this.tenant, -1);
+    }
+
+    // 3. Settle: charge what was served.
+    const usage = this.reader?.usage;
+    const workerAnswered = "answered" in ending;
+    // A worker error (4xx/5xx) without usage generated nothing; nor did a request never served.
+    const nothingServed = workerAnswered ? status >= 400 && usage === undefined : !bytesSent;
+    if (this.hold !== undefined) {
+      if (nothingServed) ctx.budgets.refund(this.hold);
+      else ctx.budgets.settle(this.hold, usage);
+    }
+    if (slot !== undefined) {
+      if (nothingServed) slot.settle(0);
+      else if (usage !== undefined) slot.settle(usage.inputTokens + usage.outputTokens);
+    }
+    const estimate = this.estimate;
+    if (!nothingServed && estimate !== undefined) {
+      ctx.metrics.countTenantTokens(
+        this.tenant,
+        usage?.inputTokens ?? estimate.promptTokens,
+        usage?.outputTokens ?? estimate.maxOutputTokens,
+      );
+    }
+
+    // 4. Count and record.
+    ctx.metrics.countHttpStatus(status);
+    const sink = ctx.outcomes;
+    if (sink !== undefined) sink.record(this.record(status, code, outcome, nothingServed, usage));
+  }
+
+  /** The gateway's answer for a failure; upstream failures are counted and logged here. */
+  private errorFor(failure: unknown): GatewayError {
+    if (this.clientGone) {
+      return new GatewayError(
+        this.ctx.admission.mode === "scheduler" ? "scheduler_client_cancelled" : "admission_client_cancelled",
+      );
+    }
+    if (this.preempted && !this.res.headersSent) {
+      return failure instanceof AdmissionError
+        ? toGatewayError(failure)
+        : new GatewayError("scheduler_preempted");
+    }
+    if (failure instanceof GatewayError || failure instanceof AdmissionError) return toGatewayError(failure);
+    const worker = this.worker;
+    if (worker !== undefined && failure instanceof Error) {
+      const { kind, error } = upstreamFailure(failure);
+      this.ctx.metrics.upstreamErrors.inc({ kind });
+      this.ctx.logger.warn({ worker: worker.url, err: failure.message, kind }, "upstream request failed");
+      if (kind === "connect") this.ctx.workers.reportUnreachable(worker);
+      if (kind === "refused_arguments") worker.resetPool();
+      return error;
+    }
+    const error = toGatewayError(failure);
+    if (error.code === "internal_error") this.ctx.logger.error({ err: failure }, "unexpected gateway error");
+    return error;
+  }
+
+  private record(
+    status: number,
+    code: ErrorCode | undefined,
+    outcome: OutcomeKind,
+    nothingServed: boolean,
+    usage: Usage | undefined,
+  ): OutcomeRecord {
+    const slot = this.slot;
+    let requested = slot?.requestedClass;
+    let effective = slot?.effectiveClass;
+    if (slot === undefined) {
+      const priority = this.req.headers["x-smg-priority"];
+      const classes = this.ctx.admission.classify(
+        Array.isArray(priority) ? priority[0] : priority,
+        this.tenant,
+      );
+      requested = classes?.requested;
+      effective = classes?.effective;
+    }
+    const estimate = this.estimate;
+    const charged = nothingServed
+      ? undefined
+      : (usage ??
+        (estimate
+          ? { inputTokens: estimate.promptTokens, outputTokens: estimate.maxOutputTokens }
+          : undefined));
+    const admission: AdmissionPath = slot === undefined ? "rejected" : slot.admission;
+    return {
+      tsMs: this.tsMs,
+      requestId: this.requestId,
+      tenantId: this.tenant,
+      model: estimate?.model,
+      requestedClass: requested,
+      effectiveClass: effective,
+      admission,
+      outcome,
+      status,
+      errorCode: code,
+      queueWaitMs: slot?.queueWaitMs ?? 0,
+      ttftMs: this.firstByteMs,
+      durationMs: performance.now() - this.t0,
+      estimatedTokens: estimate?.cost ?? 0,
+      inputTokens: usage?.inputTokens,
+      outputTokens: usage?.outputTokens,
+      costUsd: charged !== undefined ? this.ctx.budgets.costUsd(estimate?.model, charged) : undefined,
+      worker: this.worker?.url,
+    };
+  }
+}

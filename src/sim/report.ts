@@ -1,0 +1,481 @@
+/**
+ * Turns runs into the report: per class and per tenant counts, rates, goodput and latency
+ * percentiles (overall and per phase), fairness per class (token shares against weights, Jain's
+ * index, the largest service gap beside the VTC bound), the lower classes' entitlement, worker
+ * figures, the scenario's expectations checked, and the per-bucket time series.
+ * Every number is rounded so the JSON is compact; nothing in it depends on wall time.
+ */
+import { CLASS_COUNT, classOfRank, PRIORITY_CLASSES, type PriorityClass } from "../core/class.js";
+import { OUTCOME_INDEX, OUTCOMES, type Outcome, REJECTIONS as REJECTION_CODES } from "./log.js";
+import { type RunResult, tenantClasses, tenantWeight, windowsOf } from "./run.js";
+import type { Expectation, PolicyName, Scenario } from "./scenario.js";
+
+export const REPORT_VERSION = 1;
+
+export function round(x: number, digits = 3): number {
+  if (!Number.isFinite(x)) return x;
+  const f = 10 ** digits;
+  const r = Math.round(x * f) / f;
+  return Object.is(r, -0) ? 0 : r;
+}
+
+export interface Latency {
+  n: number;
+  mean: number | null;
+  p50: number | null;
+  p90: number | null;
+  p99: number | null;
+  max: number | null;
+}
+
+/** Nearest-rank percentiles over the finite values. */
+export function latency(values: Float64Array): Latency {
+  const v = values.filter((x) => !Number.isNaN(x)).sort();
+  const n = v.length;
+  if (n === 0) return { n, mean: null, p50: null, p90: null, p99: null, max: null };
+  const at = (p: number) => round(v[Math.max(0, Math.ceil(p * n) - 1)]!);
+  let sum = 0;
+  for (let i = 0; i < n; i++) sum += v[i]!;
+  return { n, mean: round(sum / n), p50: at(0.5), p90: at(0.9), p99: at(0.99), max: round(v[n - 1]!) };
+}
+
+/** Jain's fairness index: (sum x)^2 / (n * sum x^2); 1 is perfectly even. */
+export function jain(xs: number[]): number | null {
+  if (xs.length === 0) return null;
+  let s = 0;
+  let s2 = 0;
+  for (const x of xs) {
+    s += x;
+    s2 += x * x;
+  }
+  return s2 > 0 ? (s * s) / (xs.length * s2) : null;
+}
+
+export interface GroupStats {
+  requests: number;
+  completed: number;
+  rejected: Partial<Record<Outcome, number>>;
+  failed: Partial<Record<Outcome, number>>;
+  unfinished: number;
+  throughput_rps: number;
+  tokens_per_s: number;
+  goodput_rps: number;
+  goodput_tokens_per_s: number;
+  slo_attainment: number | null;
+  queue_wait_ms: Latency;
+  ttft_ms: Latency;
+  tpot_ms: Latency;
+  e2e_ms: Latency;
+}
+
+export interface FairnessReport {
+  tenants: Record<string, { weight: number; tokens: number; share: number | null; expected_share: number }>;
+  backlogged_s: number;
+  share_error: number | null;
+  jain_index: number | null;
+  service_gap: number;
+  service_gap_between: [string, string] | null;
+  /** The largest estimated cost of one request (L) and the most estimated tokens in flight (M). */
+  vtc_l: number;
+  vtc_m: number;
+  vtc_bound: number;
+  service_gap_vtc_ratio: number | null;
+}
+
+export interface ExpectationResult {
+  label: string;
+  metric: string;
+  class: PriorityClass;
+  during: string | null;
+  min: number | null;
+  max: number | null;
+  value: number | null;
+  pass: boolean;
+}
+
+export interface PolicyReport {
+  totals: GroupStats;
+  classes: Partial<Record<PriorityClass, GroupStats & { starvation_promotions: number }>>;
+  tenants: Record<string, GroupStats & { weight: number; key: string }>;
+  phases: Record<
+    string,
+    { from_s: number; to_s: number | null; classes: Partial<Record<PriorityClass, GroupStats>> }
+  >;
+  fairness: Record<string, Partial<Record<PriorityClass, FairnessReport>>>;
+  entitlement: Record<string, Partial<Record<PriorityClass, number | null>>>;
+  workers: {
+    name: string;
+    completed: number;
+    kv_preemptions: number;
+    kv_peak_tokens: number;
+    busy_fraction: number;
+    prefill_tokens: number;
+    decode_tokens: number;
+  }[];
+  clamps: number;
+  expectations: ExpectationResult[];
+  timeseries: {
+    bucket_s: number;
+    t: number[];
+    capacity: number[];
+    kv_occupancy: number[];
+    classes: Partial<
+      Record<
+        PriorityClass,
+        {
+          arrivals: number[];
+          admitted: number[];
+          completed: number[];
+          rejected: number[];
+          inflight: number[];
+          queued: number[];
+          wait_max_ms: number[];
+          wait_mean_ms: number[];
+        }
+      >
+    >;
+    tenants: Record<string, { tokens_per_s: number[] }>;
+  };
+}
+
+export interface Report {
+  version: number;
+  scenario: {
+    name: string;
+    file: string;
+    description: string;
+    seed: number;
+    duration_s: number;
+    workers: { name: string; profile: string; max_running: number; kv_tokens: number }[];
+    capacity: number;
+    routing: string;
+    tenants: { name: string; key: string; weight: number; classes: PriorityClass[] }[];
+    phases: { name: string; from_s: number; to_s: number | null }[];
+    policies: PolicyName[];
+  };
+  policies: Partial<Record<PolicyName, PolicyReport>>;
+}
+
+function groupStats(
+  run: RunResult,
+  scenario: Scenario,
+  pick: (i: number) => boolean,
+  durationS: number,
+): GroupStats {
+  const log = run.log;
+  let requests = 0;
+  let completed = 0;
+  let tokens = 0;
+  let good = 0;
+  let goodTokens = 0;
+  let unfinished = 0;
+  const counts = new Array<number>(OUTCOMES.length).fill(0);
+  const idx: number[] = [];
+  for (let i = 0; i < log.size; i++) {
+    if (!pick(i)) continue;
+    idx.push(i);
+    requests++;
+    const o = log.outcome[i]!;
+    counts[o]!++;
+    if (o === OUTCOME_INDEX.unfinished) unfinished++;
+    if (o !== OUTCOME_INDEX.ok) continue;
+    completed++;
+    const t = log.prompt[i]! + log.output[i]!;
+    tokens += t;
+    const slo = scenario.slo[classOfRank(log.cls[i]!)];
+    const okTtft = slo.ttftMs === undefined || log.ttft[i]! <= slo.ttftMs;
+    const okTpot = slo.tpotMs === undefined || Number.isNaN(log.tpot[i]!) || log.tpot[i]! <= slo.tpotMs;
+    const okE2e = slo.e2eMs === undefined || log.e2e[i]! <= slo.e2eMs;
+    if (okTtft && okTpot && okE2e) {
+      good++;
+      goodTokens += t;
+    }
+  }
+  const col = (a: Float64Array) => Float64Array.from(idx, (i) => a[i]!);
+  const rejected: Partial<Record<Outcome, number>> = {};
+  const failed: Partial<Record<Outcome, number>> = {};
+  OUTCOMES.forEach((o, k) => {
+    if (counts[k] === 0 || o === "ok" || o === "unfinished") return;
+    if ((REJECTION_CODES as readonly string[]).includes(o)) rejected[o] = counts[k]!;
+    else failed[o] = counts[k]!;
+  });
+  return {
+    requests,
+    completed,
+    rejected,
+    failed,
+    unfinished,
+    throughput_rps: round(completed / durationS),
+    tokens_per_s: round(tokens / durationS, 1),
+    goodput_rps: round(good / durationS),
+    goodput_tokens_per_s: round(goodTokens / durationS, 1),
+    slo_attainment: requests > 0 ? round(good / requests, 4) : null,
+    queue_wait_ms: latency(col(log.wait)),
+    ttft_ms: latency(col(log.ttft)),
+    tpot_ms: latency(col(log.tpot)),
+    e2e_ms: latency(col(log.e2e)),
+  };
+}
+
+function fairnessOf(
+  run: RunResult,
+  scenario: Scenario,
+  windowIndex: number,
+  cls: number,
+): FairnessReport | undefined {
+  const g = run.groups[cls]!;
+  if (g.members.length < 2) return undefined;
+  const w = g.windows[windowIndex]!;
+  const names = g.members.map((t) => scenario.tenants[t]!.name);
+  const total = w.service.reduce((a, b) => a + b, 0);
+  const wsum = g.weights.reduce((a, b) => a + b, 0);
+  const tenants: FairnessReport["tenants"] = {};
+  let err: number | null = total > 0 ? 0 : null;
+  const perWeight: number[] = [];
+  g.members.forEach((_, m) => {
+    const expected = g.weights[m]! / wsum;
+    const share = total > 0 ? w.service[m]! / total : null;
+    if (share !== null && err !== null) err = Math.max(err, Math.abs(share / expected - 1));
+    perWeight.push(w.service[m]! / g.weights[m]!);
+    tenants[names[m]!] = {
+      weight: g.weights[m]!,
+      tokens: Math.round(w.service[m]!),
+      share: share === null ? null : round(share, 4),
+      expected_share: round(expected, 4),
+    };
+  });
+  const gap = w.largestGap();
+  const wmin = Math.min(...g.weights);
+  const bound = (2 * (g.maxEstimate + g.maxInflightEstimate)) / wmin;
+  const j = total > 0 ? jain(perWeight) : null;
+  return {
+    tenants,
+    backlogged_s: round(w.backloggedMs / 1000, 1),
+    share_error: err === null ? null : round(err, 4),
+    jain_index: j === null ? null : round(j, 4),
+    service_gap: Math.round(gap.gap),
+    service_gap_between: gap.a >= 0 ? [names[gap.a]!, names[gap.b]!] : null,
+    vtc_l: g.maxEstimate,
+    vtc_m: g.maxInflightEstimate,
+    vtc_bound: Math.round(bound),
+    service_gap_vtc_ratio: bound > 0 ? round(gap.gap / bound, 4) : null,
+  };
+}
+
+function evaluate(e: Expectation, r: PolicyReport): ExpectationResult {
+  const win = e.during ?? "all";
+  const cls = e.cls;
+  const stats = e.during ? r.phases[e.during]?.classes[cls] : r.classes[cls];
+  const fair = r.fairness[win]?.[cls];
+  let value: number | null = null;
+  switch (e.metric) {
+    case "weighted_share_error":
+      value = fair?.share_error ?? null;
+      break;
+    case "jain_index":
+      value = fair?.jain_index ?? null;
+      break;
+    case "service_gap_vtc_ratio":
+      value = fair?.service_gap_vtc_ratio ?? null;
+      break;
+    case "queue_wait_p99_ms":
+      value = stats?.queue_wait_ms.p99 ?? null;
+      break;
+    case "queue_wait_p50_ms":
+      value = stats?.queue_wait_ms.p50 ?? null;
+      break;
+    case "ttft_p99_ms":
+      value = stats?.ttft_ms.p99 ?? null;
+      break;
+    case "e2e_p99_ms":
+      value = stats?.e2e_ms.p99 ?? null;
+      break;
+    case "rejected_fraction":
+      if (stats && stats.requests > 0) {
+        const bad =
+          Object.values(stats.rejected).reduce((a, b) => a + (b ?? 0), 0) +
+          Object.values(stats.failed).reduce((a, b) => a + (b ?? 0), 0) +
+          stats.unfinished;
+        value = round(bad / stats.requests, 4);
+      }
+      break;
+    case "slo_attainment":
+      value = stats?.slo_attainment ?? null;
+      break;
+    case "entitlement_ratio":
+      value = r.entitlement[win]?.[cls] ?? null;
+      break;
+  }
+  const pass =
+    value !== null && (e.min === undefined || value >= e.min) && (e.max === undefined || value <= e.max);
+  return {
+    label: e.label,
+    metric: e.metric,
+    class: cls,
+    during: e.during ?? null,
+    min: e.min ?? null,
+    max: e.max ?? null,
+    value,
+    pass,
+  };
+}
+
+export function policyReport(scenario: Scenario, run: RunResult): PolicyReport {
+  const log = run.log;
+  const durationS = scenario.durationMs / 1000;
+  const windows = windowsOf(scenario);
+  const classesPresent = PRIORITY_CLASSES.filter((_, r) => run.groups[r]!.members.length > 0);
+  const classes: PolicyReport["classes"] = {};
+  for (const c of classesPresent) {
+    const r = PRIORITY_CLASSES.indexOf(c);
+    classes[c] = {
+      ...groupStats(run, scenario, (i) => log.cls[i] === r, durationS),
+      starvation_promotions: run.promotions[r] ?? 0,
+    };
+  }
+  const tenants: PolicyReport["tenants"] = {};
+  scenario.tenants.forEach((t, ti) => {
+    tenants[t.name] = {
+      key: t.key,
+      weight: tenantWeight(scenario, t.key),
+      ...groupStats(run, scenario, (i) => log.tenant[i] === ti, durationS),
+    };
+  });
+  const phases: PolicyReport["phases"] = {};
+  for (const ph of scenario.phases) {
+    const to = Math.min(ph.toMs, scenario.durationMs);
+    const span = Math.max(0.001, (to - ph.fromMs) / 1000);
+    const pc: Partial<Record<PriorityClass, GroupStats>> = {};
+    for (const c of classesPresent) {
+      const r = PRIORITY_CLASSES.indexOf(c);
+      pc[c] = groupStats(
+        run,
+        scenario,
+        (i) => log.cls[i] === r && log.arrival[i]! >= ph.fromMs && log.arrival[i]! < ph.toMs,
+        span,
+      );
+    }
+    phases[ph.name] = {
+      from_s: ph.fromMs / 1000,
+      to_s: Number.isFinite(ph.toMs) ? ph.toMs / 1000 : null,
+      classes: pc,
+    };
+  }
+  const fairness: PolicyReport["fairness"] = {};
+  const entitlement: PolicyReport["entitlement"] = {};
+  windows.forEach((w, wi) => {
+    const f: Partial<Record<PriorityClass, FairnessReport>> = {};
+    for (let r = 0; r < CLASS_COUNT; r++) {
+      const rep = fairnessOf(run, scenario, wi, r);
+      if (rep) f[classOfRank(r)] = rep;
+    }
+    fairness[w.name] = f;
+    const e: Partial<Record<PriorityClass, number | null>> = {};
+    for (const x of run.entitlement) {
+      if (x.window !== w.name || run.groups[x.cls]!.members.length === 0) continue;
+      e[classOfRank(x.cls)] = x.entitled > 0 ? round(x.inflight / x.entitled, 4) : null;
+    }
+    entitlement[w.name] = e;
+  });
+  const report: PolicyReport = {
+    totals: groupStats(run, scenario, () => true, durationS),
+    classes,
+    tenants,
+    phases,
+    fairness,
+    entitlement,
+    workers: run.workers.map((w) => ({
+      name: w.name,
+      completed: w.stats.completed,
+      kv_preemptions: w.stats.kvPreemptions,
+      kv_peak_tokens: w.stats.kvPeak,
+      busy_fraction: round(w.stats.busyMs / Math.max(1, run.endMs), 4),
+      prefill_tokens: w.stats.prefillTokens,
+      decode_tokens: w.stats.decodeTokens,
+    })),
+    clamps: run.clamps,
+    expectations: [],
+    timeseries: timeseries(scenario, run, classesPresent),
+  };
+  report.expectations = scenario.expectations.map((e) => evaluate(e, report));
+  return report;
+}
+
+function timeseries(
+  scenario: Scenario,
+  run: RunResult,
+  present: PriorityClass[],
+): PolicyReport["timeseries"] {
+  const s = run.series;
+  const n = s.t.length;
+  const bucketS = scenario.bucketMs / 1000;
+  const fit = (a: number[], f: (x: number) => number = (x) => x) =>
+    Array.from({ length: n }, (_, i) => round(f(a[i] ?? 0)));
+  const classes: PolicyReport["timeseries"]["classes"] = {};
+  for (const c of present) {
+    const x = s.classes[PRIORITY_CLASSES.indexOf(c)]!;
+    classes[c] = {
+      arrivals: fit(x.arrivals),
+      admitted: fit(x.admitted),
+      completed: fit(x.completed),
+      rejected: fit(x.rejected),
+      inflight: fit(x.inflight),
+      queued: fit(x.queued),
+      wait_max_ms: fit(x.waitMaxMs),
+      wait_mean_ms: Array.from({ length: n }, (_, i) => {
+        const k = x.admitted[i] ?? 0;
+        return k > 0 ? round((x.waitSumMs[i] ?? 0) / k) : 0;
+      }),
+    };
+  }
+  const tenants: PolicyReport["timeseries"]["tenants"] = {};
+  scenario.tenants.forEach((t, i) => {
+    tenants[t.name] = { tokens_per_s: fit(s.tenants[i]!.tokens, (x) => x / bucketS) };
+  });
+  return {
+    bucket_s: bucketS,
+    t: Array.from({ length: n }, (_, i) => round(i * bucketS)),
+    capacity: fit(s.capacity),
+    kv_occupancy: fit(s.kv, (x) => round(x, 4)),
+    classes,
+    tenants,
+  };
+}
+
+export function buildReport(scenario: Scenario, runs: RunResult[]): Report {
+  const classesOf = tenantClasses(scenario);
+  const policies: Report["policies"] = {};
+  for (const run of runs) policies[run.policy] = policyReport(scenario, run);
+  const capacity = scenario.capacityPin ?? scenario.workers.reduce((s, w) => s + w.profile.maxRunning, 0);
+  return {
+    version: REPORT_VERSION,
+    scenario: {
+      name: scenario.name,
+      file: scenario.file,
+      description: scenario.description,
+      seed: scenario.seed,
+      duration_s: scenario.durationMs / 1000,
+      workers: scenario.workers.map((w) => ({
+        name: w.name,
+        profile: w.profileName,
+        max_running: w.profile.maxRunning,
+        kv_tokens: w.profile.kvTokens,
+      })),
+      capacity,
+      routing: scenario.routing,
+      tenants: scenario.tenants.map((t, i) => ({
+        name: t.name,
+        key: t.key,
+        weight: tenantWeight(scenario, t.key),
+        classes: classesOf[i]!.map((r) => classOfRank(r)),
+      })),
+      phases: scenario.phases.map((p) => ({
+        name: p.name,
+        from_s: p.fromMs / 1000,
+        to_s: Number.isFinite(p.toMs) ? p.toMs / 1000 : null,
+      })),
+      policies: runs.map((r) => r.policy),
+    },
+    policies,
+  };
+}

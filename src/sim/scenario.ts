@@ -1,0 +1,774 @@
+/**
+ * Scenario files: the YAML schema (zod, every error naming its key like the rest of sluice's
+ * configuration, e.g. `scenario.yaml: tenants.0.arrival.rate: must be > 0`) and its resolution into
+ * what the simulator runs: workers with their profiles, tenants with their samplers' specs, phases
+ * as timed effects, and the policy, read with the gateway's own parsers so a scenario can point at
+ * production files (`policy.scheduler_config`, `policy.gateway_config`).
+ * docs/simulate.md documents every key.
+ */
+import { readFileSync } from "node:fs";
+import { basename, dirname, isAbsolute, resolve } from "node:path";
+import { parse as parseYaml } from "yaml";
+import { z } from "zod";
+import { pricingSchema } from "../config/pricing.js";
+import { parseSchedulerConfig, parseSchedulerYaml } from "../config/scheduler-file.js";
+import { PRIORITY_CLASSES, type PriorityClass } from "../core/class.js";
+import {
+  type ClassSettingsTable,
+  type Pricing,
+  requiredReservation,
+  resolveTenantPolicies,
+  type TenantPolicy,
+} from "../core/config.js";
+import { ConfigError } from "../core/errors.js";
+import { type KvPolicy, PROFILE_NAMES, WORKER_PROFILES, type WorkerProfile } from "./profiles.js";
+import { type LengthSpec, loadTrace, type Trace } from "./workload.js";
+
+export const POLICY_NAMES = ["fifo", "strict", "sluice"] as const;
+export type PolicyName = (typeof POLICY_NAMES)[number];
+
+export const ROUTINGS = ["least_loaded", "round_robin", "power_of_two"] as const;
+export type Routing = (typeof ROUTINGS)[number];
+
+export const METRICS = [
+  "weighted_share_error",
+  "jain_index",
+  "service_gap_vtc_ratio",
+  "queue_wait_p99_ms",
+  "queue_wait_p50_ms",
+  "ttft_p99_ms",
+  "e2e_p99_ms",
+  "rejected_fraction",
+  "slo_attainment",
+  "entitlement_ratio",
+] as const;
+export type MetricName = (typeof METRICS)[number];
+
+// --- schema ------------------------------------------------------------------------------------
+
+const UNITS: Record<string, number> = { ms: 0.001, s: 1, m: 60, h: 3600, d: 86400 };
+
+/** Seconds: a number, or a string such as "500ms", "90s", "10m", "1.5h", "1d". */
+const secs = z.union([z.number({ error: "must be a duration" }), z.string()]).transform((v, ctx) => {
+  if (typeof v === "number") {
+    if (!Number.isFinite(v) || v < 0) {
+      ctx.addIssue({ code: "custom", message: "must be a duration >= 0 (seconds, or e.g. 90s, 10m, 1h)" });
+      return z.NEVER;
+    }
+    return v;
+  }
+  const m = /^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h|d)?\s*$/.exec(v);
+  if (!m) {
+    ctx.addIssue({
+      code: "custom",
+      message: `must be a duration (seconds, or e.g. 90s, 10m, 1h), got "${v}"`,
+    });
+    return z.NEVER;
+  }
+  return Number(m[1]) * UNITS[m[2] ?? "s"]!;
+});
+const positiveSecs = secs.refine((v) => v > 0, "must be > 0");
+
+const num = () => z.number({ error: "must be a number" });
+const posNum = () => num().gt(0, "must be > 0");
+const nonNegNum = () => num().min(0, "must be >= 0");
+const posInt = () => num().int("must be an integer").min(1, "must be >= 1");
+const nonNegInt = () => num().int("must be an integer").min(0, "must be >= 0");
+const classEnum = z.enum(PRIORITY_CLASSES, {
+  error: () => `must be one of ${PRIORITY_CLASSES.join(", ")}`,
+});
+
+const lengthSchema = z.preprocess(
+  (v) => (typeof v === "number" ? { dist: "fixed", value: v } : v),
+  z.discriminatedUnion(
+    "dist",
+    [
+      z.strictObject({ dist: z.literal("fixed"), value: posInt() }),
+      z
+        .strictObject({ dist: z.literal("uniform"), min: posInt(), max: posInt() })
+        .refine((d) => d.min <= d.max, { message: "must be >= min", path: ["max"] }),
+      z.strictObject({
+        dist: z.literal("lognormal"),
+        median: posNum(),
+        sigma: nonNegNum(),
+        min: posInt().optional(),
+        max: posInt().optional(),
+      }),
+      z.strictObject({
+        dist: z.literal("normal"),
+        mean: posNum(),
+        stddev: nonNegNum(),
+        min: posInt().optional(),
+        max: posInt().optional(),
+      }),
+    ],
+    { error: "must be a token count or {dist: fixed | uniform | lognormal | normal, ...}" },
+  ),
+);
+
+const arrivalSchema = z.discriminatedUnion(
+  "process",
+  [
+    z.strictObject({ process: z.literal("poisson"), rate: posNum() }),
+    z.strictObject({ process: z.literal("bursty"), rate: posNum(), on: positiveSecs, off: positiveSecs }),
+    z.strictObject({ process: z.literal("closed"), users: posInt(), think: secs }),
+  ],
+  { error: "must be {process: poisson | bursty | closed, ...}" },
+);
+
+const tenantSchema = z.strictObject({
+  name: z
+    .string({ error: "must be a string" })
+    .regex(/^[A-Za-z0-9_.:-]+$/, "must be letters, digits, '_', '.', ':' or '-'"),
+  key: z.string({ error: "must be a string" }).min(1, "must not be empty").optional(),
+  weight: posNum().optional(),
+  max_class: classEnum.optional(),
+  tenant_policy: z
+    .record(z.string(), z.unknown(), { error: "must be a mapping (a tenant policy)" })
+    .optional(),
+  class: classEnum.optional(),
+  classes: z.record(classEnum, nonNegNum(), { error: "must map class names to shares" }).optional(),
+  arrival: arrivalSchema,
+  diurnal: z
+    .strictObject({
+      period: positiveSecs,
+      amplitude: num().min(0, "must be between 0 and 1").max(1, "must be between 0 and 1"),
+      peak: secs.optional(),
+    })
+    .optional(),
+  prompt_tokens: lengthSchema.optional(),
+  output_tokens: lengthSchema.optional(),
+  trace: z
+    .union([
+      z.string(),
+      z.strictObject({ path: z.string(), order: z.enum(["random", "sequential"]).optional() }),
+    ])
+    .optional(),
+  max_tokens: lengthSchema.optional(),
+  prompt_estimate_error: num()
+    .min(0, "must be between 0 and 0.9")
+    .max(0.9, "must be between 0 and 0.9")
+    .optional(),
+  patience: positiveSecs.optional(),
+});
+
+const workerRef = z.union([nonNegInt(), z.string()]);
+
+const workerGroupSchema = z.strictObject({
+  count: posInt().optional(),
+  profile: z.enum(PROFILE_NAMES as [string, ...string[]], {
+    error: () => `must be one of ${PROFILE_NAMES.join(", ")}`,
+  }),
+  name: z
+    .string()
+    .regex(/^[A-Za-z0-9_.-]+$/, "must be letters, digits, '_', '.' or '-'")
+    .optional(),
+  max_running: posInt().optional(),
+  kv_tokens: posInt().optional(),
+  max_batched_tokens: posInt().optional(),
+  beta: z
+    .tuple([posNum(), nonNegNum(), nonNegNum()], { error: "must be [beta0, beta1, beta2] in microseconds" })
+    .optional(),
+  kv_policy: z.enum(["recompute", "reserve"], { error: () => "must be recompute or reserve" }).optional(),
+});
+
+const phaseSchema = z.strictObject({
+  name: z.string().optional(),
+  at: secs,
+  until: secs.optional(),
+  rate: z
+    .strictObject({
+      tenants: z.array(z.string()).min(1, "must name at least one tenant"),
+      multiplier: nonNegNum().optional(),
+      rate: nonNegNum().optional(),
+    })
+    .refine((r) => (r.multiplier === undefined) !== (r.rate === undefined), {
+      message: "give exactly one of multiplier and rate",
+    })
+    .optional(),
+  slowdown: z
+    .strictObject({ workers: z.array(workerRef).min(1, "must name at least one worker"), factor: posNum() })
+    .optional(),
+  fail: z.strictObject({ workers: z.array(workerRef).min(1, "must name at least one worker") }).optional(),
+  capacity: nonNegInt().optional(),
+});
+
+const sloSchema = z.strictObject({
+  ttft_ms: posNum().optional(),
+  tpot_ms: posNum().optional(),
+  e2e_ms: posNum().optional(),
+});
+
+const expectSchema = z
+  .strictObject({
+    metric: z.enum(METRICS, { error: () => `must be one of ${METRICS.join(", ")}` }),
+    class: classEnum,
+    during: z.string().optional(),
+    max: num().optional(),
+    min: num().optional(),
+    label: z.string().optional(),
+  })
+  .refine((e) => e.max !== undefined || e.min !== undefined, { message: "give max or min" });
+
+const policySchema = z.strictObject({
+  scheduler_config: z.string().optional(),
+  scheduler: z.unknown().optional(),
+  gateway_config: z.string().optional(),
+  default_max_class: classEnum.optional(),
+  capacity: posInt().optional(),
+  legacy: z
+    .strictObject({
+      max_concurrent_requests: num()
+        .int("must be an integer")
+        .refine((n) => n === -1 || n >= 1, "must be -1 (unlimited) or an integer >= 1")
+        .optional(),
+      queue_size: nonNegInt().optional(),
+      queue_timeout_secs: posNum().optional(),
+    })
+    .optional(),
+  strict: z.strictObject({ wakeup_ms: nonNegNum().optional() }).optional(),
+  pricing: pricingSchema.optional(),
+});
+
+export const scenarioSchema = z.strictObject({
+  name: z.string().optional(),
+  description: z.string().optional(),
+  seed: nonNegInt().optional(),
+  duration: positiveSecs,
+  drain: secs.optional(),
+  start: z
+    .string()
+    .refine((s) => !Number.isNaN(Date.parse(s)), "must be an ISO date, e.g. 2026-01-05T00:00:00Z")
+    .optional(),
+  workers: z.array(workerGroupSchema).min(1, "must list at least one worker"),
+  routing: z.enum(ROUTINGS, { error: () => `must be one of ${ROUTINGS.join(", ")}` }).optional(),
+  tenants: z.array(tenantSchema).min(1, "must list at least one tenant"),
+  phases: z.array(phaseSchema).optional(),
+  policy: policySchema.optional(),
+  policies: z
+    .array(z.enum(POLICY_NAMES, { error: () => `must be one of ${POLICY_NAMES.join(", ")}` }))
+    .min(1, "must list at least one policy")
+    .optional(),
+  slo: z.record(classEnum, sloSchema, { error: "must map class names to SLOs" }).optional(),
+  expect: z.array(expectSchema).optional(),
+  report: z.strictObject({ bucket: positiveSecs.optional() }).optional(),
+});
+
+export type ScenarioDoc = z.infer<typeof scenarioSchema>;
+
+/** The first zod issue as a ConfigError naming `label: path`. */
+function issueError(error: z.ZodError, label: string, doc: unknown): ConfigError {
+  let issue = error.issues[0]!;
+  let parts = issue.path.map(String);
+  let value: unknown = doc;
+  for (let i = 0; i < issue.path.length; i++) {
+    if (value === null || typeof value !== "object") {
+      // A shorthand the schema expanded (a bare token count for {dist: fixed, value}): name what was written.
+      parts = parts.slice(0, i);
+      break;
+    }
+    value = (value as Record<PropertyKey, unknown>)[issue.path[i] as PropertyKey];
+  }
+  let message = issue.message;
+  if (issue.code === "invalid_union" && !("discriminator" in issue) && value !== undefined) {
+    // A plain union (e.g. a duration: seconds or "10m"): report its first branch's complaint.
+    issue = issue.errors[0]?.[0] ?? issue;
+    message = issue.message;
+  }
+  if (issue.code === "unrecognized_keys") {
+    parts.push(issue.keys[0] ?? "");
+    message = "unknown key";
+  } else if (value === undefined && (issue.code === "invalid_type" || issue.code === "invalid_union")) {
+    message = "is required";
+  } else if (issue.code === "invalid_union" && "discriminator" in issue) {
+    message = `must be one of ${(issue as unknown as { options: unknown[] }).options.join(", ")}`;
+  } else if (issue.code === "invalid_type" && message.startsWith("Invalid input")) {
+    message = `must be ${article(String(issue.expected))}`;
+  }
+  const path = parts.join(".");
+  return new ConfigError(path ? `${label}: ${path}` : label, message);
+}
+
+function article(expected: string): string {
+  const noun = expected === "object" ? "mapping" : expected === "array" ? "list" : expected;
+  return /^[aeiou]/.test(noun) ? `an ${noun}` : `a ${noun}`;
+}
+
+/** A readable default label for an expectation, e.g. "interactive p99 queue wait <= 100 ms during flood". */
+export function expectationLabel(
+  metric: MetricName,
+  cls: PriorityClass,
+  min: number | undefined,
+  max: number | undefined,
+  during: string | undefined,
+): string {
+  const pc = (v: number) => `${Math.round(v * 1000) / 10}%`;
+  const [what, fmt]: [string, (v: number) => string] = {
+    weighted_share_error: ["token shares off their weights by", pc] as [string, (v: number) => string],
+    jain_index: ["Jain's index over tokens/weight", String] as [string, (v: number) => string],
+    service_gap_vtc_ratio: ["largest service gap, in VTC bounds,", (v: number) => `${v}x`] as [
+      string,
+      (v: number) => string,
+    ],
+    queue_wait_p99_ms: ["p99 queue wait", (v: number) => `${v} ms`] as [string, (v: number) => string],
+    queue_wait_p50_ms: ["median queue wait", (v: number) => `${v} ms`] as [string, (v: number) => string],
+    ttft_p99_ms: ["p99 time to first token", (v: number) => `${v} ms`] as [string, (v: number) => string],
+    e2e_p99_ms: ["p99 end-to-end latency", (v: number) => `${v} ms`] as [string, (v: number) => string],
+    rejected_fraction: ["rejected or failed", pc] as [string, (v: number) => string],
+    slo_attainment: ["requests within SLO", pc] as [string, (v: number) => string],
+    entitlement_ratio: ["slots held, of its entitlement,", pc] as [string, (v: number) => string],
+  }[metric];
+  const bounds = [min !== undefined ? `>= ${fmt(min)}` : "", max !== undefined ? `<= ${fmt(max)}` : ""]
+    .filter(Boolean)
+    .join(" and ");
+  return `${cls} ${what} ${bounds}${during ? ` during ${during}` : ""}`;
+}
+
+// --- resolution --------------------------------------------------------------------------------
+
+export interface ResolvedWorker {
+  name: string;
+  profileName: string;
+  profile: WorkerProfile;
+}
+
+export interface ResolvedTenant {
+  name: string;
+  key: string;
+  /** Requested classes (x-smg-priority) with their probabilities, in class order. */
+  mix: { cls: PriorityClass; p: number }[];
+  arrival:
+    | { process: "poisson"; rate: number }
+    | { process: "bursty"; rate: number; onMs: number; offMs: number }
+    | { process: "closed"; users: number; thinkMs: number };
+  diurnal: { periodMs: number; amplitude: number; peakMs: number } | undefined;
+  prompt: LengthSpec | undefined;
+  output: LengthSpec | undefined;
+  trace: { trace: Trace; order: "random" | "sequential" } | undefined;
+  maxTokens: LengthSpec | undefined;
+  promptEstimateError: number;
+  patienceMs: number | undefined;
+}
+
+export interface ResolvedPhase {
+  name: string;
+  fromMs: number;
+  toMs: number;
+  rate: { tenants: string[]; multiplier?: number | undefined; rate?: number | undefined } | undefined;
+  slowdown: { workers: number[]; factor: number } | undefined;
+  fail: { workers: number[] } | undefined;
+  capacity: number | undefined;
+}
+
+export interface Expectation {
+  metric: MetricName;
+  cls: PriorityClass;
+  during: string | undefined;
+  max: number | undefined;
+  min: number | undefined;
+  label: string;
+}
+
+export interface Slo {
+  ttftMs?: number | undefined;
+  tpotMs?: number | undefined;
+  e2eMs?: number | undefined;
+}
+
+export interface Scenario {
+  /** File label used in errors and reports (the file's base name). */
+  file: string;
+  name: string;
+  description: string;
+  seed: number;
+  durationMs: number;
+  /** How long after the last arrival the run may continue to let queued and running work finish. */
+  drainMs: number;
+  epochStartMs: number;
+  workers: ResolvedWorker[];
+  routing: Routing;
+  tenants: ResolvedTenant[];
+  phases: ResolvedPhase[];
+  classes: ClassSettingsTable;
+  tenantPolicies: ReadonlyMap<string, TenantPolicy>;
+  defaultMaxClass: PriorityClass;
+  pricing: Pricing;
+  /** A fixed scheduler capacity instead of the sum of healthy workers' max_running. */
+  capacityPin: number | undefined;
+  legacy: { maxConcurrentRequests: number | undefined; queueSize: number; queueTimeoutSecs: number };
+  strict: { wakeupMs: number };
+  policies: PolicyName[];
+  slo: Record<PriorityClass, Slo>;
+  expectations: Expectation[];
+  bucketMs: number;
+}
+
+export interface ScenarioOverrides {
+  seed?: number | undefined;
+  /** Seconds: arrivals stop here instead of at the scenario's duration (phases keep their times). */
+  durationSecs?: number | undefined;
+  policies?: PolicyName[] | undefined;
+}
+
+const DEFAULT_SLO: Record<PriorityClass, Slo> = {
+  system: { ttftMs: 1000, tpotMs: 100 },
+  interactive: { ttftMs: 2000, tpotMs: 100 },
+  default: { ttftMs: 10000, tpotMs: 200 },
+  bulk: {},
+};
+
+function readText(path: string, label: string): string {
+  try {
+    return readFileSync(path, "utf8");
+  } catch (err) {
+    throw new ConfigError(label, `cannot read ${path}: ${(err as NodeJS.ErrnoException).code ?? err}`);
+  }
+}
+
+/** Loads, validates and resolves a scenario file. Relative paths inside resolve against its directory. */
+export function loadScenario(path: string, overrides: ScenarioOverrides = {}): Scenario {
+  const file = basename(path);
+  const text = readText(path, file);
+  let doc: unknown;
+  try {
+    doc = parseYaml(text);
+  } catch (err) {
+    throw new ConfigError(file, `invalid YAML: ${(err as Error).message.split("\n")[0]}`);
+  }
+  return resolveScenario(doc, { file, baseDir: dirname(resolve(path)) }, overrides);
+}
+
+/** Validates and resolves a scenario document (already parsed from YAML). */
+export function resolveScenario(
+  doc: unknown,
+  where: { file: string; baseDir: string },
+  overrides: ScenarioOverrides = {},
+): Scenario {
+  const { file, baseDir } = where;
+  if (doc === null || typeof doc !== "object" || Array.isArray(doc)) {
+    throw new ConfigError(file, "must be a YAML mapping");
+  }
+  const parsed = scenarioSchema.safeParse(doc);
+  if (!parsed.success) throw issueError(parsed.error, file, doc);
+  const s = parsed.data;
+  const at = (p: string) => `${file}: ${p}`;
+  const rel = (p: string) => (isAbsolute(p) ? p : resolve(baseDir, p));
+
+  const durationSecs = overrides.durationSecs ?? s.duration;
+  const durationMs = durationSecs * 1000;
+
+  // Workers: groups expand to w0, w1, ... (or <name>-0, <name>-1 for a named group).
+  const workers: ResolvedWorker[] = [];
+  s.workers.forEach((g) => {
+    const base = WORKER_PROFILES[g.profile]!;
+    const profile: WorkerProfile = {
+      beta0: g.beta?.[0] ?? base.beta0,
+      beta1: g.beta?.[1] ?? base.beta1,
+      beta2: g.beta?.[2] ?? base.beta2,
+      maxRunning: g.max_running ?? base.maxRunning,
+      kvTokens: g.kv_tokens ?? base.kvTokens,
+      maxBatchedTokens: g.max_batched_tokens ?? base.maxBatchedTokens,
+      kvPolicy: (g.kv_policy as KvPolicy | undefined) ?? base.kvPolicy,
+    };
+    const count = g.count ?? 1;
+    for (let i = 0; i < count; i++) {
+      const name = g.name !== undefined ? `${g.name}-${i}` : `w${workers.length}`;
+      workers.push({ name, profileName: g.profile, profile });
+    }
+  });
+  const workerIndex = (ref: string | number, path: string): number => {
+    if (typeof ref === "number") {
+      if (ref >= workers.length)
+        throw new ConfigError(at(path), `no worker ${ref} (there are ${workers.length})`);
+      return ref;
+    }
+    const i = workers.findIndex((w) => w.name === ref);
+    if (i < 0) {
+      throw new ConfigError(at(path), `no worker named ${ref} (${workers.map((w) => w.name).join(", ")})`);
+    }
+    return i;
+  };
+
+  // Policy: the priority-scheduler YAML (file or inline) and the gateway's options.
+  const pol = s.policy ?? {};
+  let gatewayFile: Record<string, unknown> = {};
+  let gatewayDir = baseDir;
+  if (pol.gateway_config !== undefined) {
+    const p = rel(pol.gateway_config);
+    gatewayDir = dirname(p);
+    let g: unknown;
+    try {
+      g = parseYaml(readText(p, at("policy.gateway_config")));
+    } catch (err) {
+      if (err instanceof ConfigError) throw err;
+      throw new ConfigError(
+        at("policy.gateway_config"),
+        `${p}: invalid YAML: ${(err as Error).message.split("\n")[0]}`,
+      );
+    }
+    if (g !== null && g !== undefined) {
+      if (typeof g !== "object" || Array.isArray(g)) {
+        throw new ConfigError(at("policy.gateway_config"), `${p}: must be a YAML mapping`);
+      }
+      gatewayFile = g as Record<string, unknown>;
+    }
+  }
+  const gw = gatewaySettings(gatewayFile, at("policy.gateway_config"));
+  if (pol.scheduler !== undefined && pol.scheduler_config !== undefined) {
+    throw new ConfigError(at("policy.scheduler"), "give scheduler or scheduler_config, not both");
+  }
+  let settings: ReturnType<typeof parseSchedulerConfig>;
+  if (pol.scheduler !== undefined) {
+    try {
+      settings = parseSchedulerConfig(pol.scheduler);
+    } catch (err) {
+      if (!(err instanceof ConfigError)) throw err;
+      const reason = err.path ? err.message.slice(err.path.length + 2) : err.message;
+      throw new ConfigError(at(err.path ? `policy.scheduler.${err.path}` : "policy.scheduler"), reason);
+    }
+  } else {
+    const key = pol.scheduler_config !== undefined ? "policy.scheduler_config" : "policy.gateway_config";
+    const p =
+      pol.scheduler_config !== undefined
+        ? rel(pol.scheduler_config)
+        : gw.schedulerConfig !== undefined
+          ? isAbsolute(gw.schedulerConfig)
+            ? gw.schedulerConfig
+            : resolve(gatewayDir, gw.schedulerConfig)
+          : undefined;
+    try {
+      settings = p === undefined ? parseSchedulerConfig(null) : parseSchedulerYaml(readText(p, at(key)));
+    } catch (err) {
+      if (!(err instanceof ConfigError) || err.message.startsWith(`${file}:`)) throw err;
+      throw new ConfigError(at(key), `${p}: ${err.message}`);
+    }
+  }
+
+  // Tenants: scenario weight / max_class are merged into the policy's tenant_policies.
+  const names = new Set<string>();
+  const policies: Record<string, TenantPolicy> = Object.fromEntries(settings.tenantPolicies);
+  const tenants: ResolvedTenant[] = s.tenants.map((t, i) => {
+    const path = `tenants.${i}`;
+    if (names.has(t.name)) throw new ConfigError(at(`${path}.name`), `duplicate tenant ${t.name}`);
+    names.add(t.name);
+    const key = t.key ?? `auth:${t.name}`;
+    if (t.tenant_policy !== undefined) {
+      try {
+        resolveTenantPolicies({ [key]: t.tenant_policy });
+      } catch (err) {
+        const e = err as ConfigError;
+        const sub = e.path.slice(`tenant_policies.${key}`.length + 1);
+        throw new ConfigError(
+          at(`${path}.tenant_policy${sub ? `.${sub}` : ""}`),
+          e.message.slice(e.path.length + 2),
+        );
+      }
+      policies[key] = { ...(policies[key] ?? {}), ...(t.tenant_policy as TenantPolicy) };
+    }
+    if (t.weight !== undefined || t.max_class !== undefined) {
+      const merged: TenantPolicy = { ...(policies[key] ?? {}) };
+      if (t.weight !== undefined) merged.weight = t.weight;
+      if (t.max_class !== undefined) merged.max_class = t.max_class;
+      policies[key] = merged;
+    }
+    if (t.class !== undefined && t.classes !== undefined) {
+      throw new ConfigError(at(`${path}.classes`), "give class or classes, not both");
+    }
+    const rawMix = t.classes ?? { [t.class ?? "default"]: 1 };
+    const total = Object.values(rawMix).reduce((a, b) => a + (b ?? 0), 0);
+    if (!(total > 0)) throw new ConfigError(at(`${path}.classes`), "the shares must add up to more than 0");
+    const mix = PRIORITY_CLASSES.filter((c) => (rawMix[c] ?? 0) > 0).map((c) => ({
+      cls: c,
+      p: rawMix[c]! / total,
+    }));
+    let trace: ResolvedTenant["trace"];
+    if (t.trace !== undefined) {
+      if (t.prompt_tokens !== undefined || t.output_tokens !== undefined) {
+        throw new ConfigError(at(`${path}.trace`), "give trace or prompt_tokens/output_tokens, not both");
+      }
+      const spec = typeof t.trace === "string" ? { path: t.trace } : t.trace;
+      trace = { trace: loadTrace(rel(spec.path), at(`${path}.trace`)), order: spec.order ?? "random" };
+    } else {
+      if (t.prompt_tokens === undefined)
+        throw new ConfigError(at(`${path}.prompt_tokens`), "is required (or give trace)");
+      if (t.output_tokens === undefined)
+        throw new ConfigError(at(`${path}.output_tokens`), "is required (or give trace)");
+    }
+    const a = t.arrival;
+    const arrival: ResolvedTenant["arrival"] =
+      a.process === "poisson"
+        ? { process: "poisson", rate: a.rate }
+        : a.process === "bursty"
+          ? { process: "bursty", rate: a.rate, onMs: a.on * 1000, offMs: a.off * 1000 }
+          : { process: "closed", users: a.users, thinkMs: a.think * 1000 };
+    if (t.diurnal !== undefined && a.process === "closed") {
+      throw new ConfigError(at(`${path}.diurnal`), "applies to open-loop arrivals (poisson, bursty) only");
+    }
+    return {
+      name: t.name,
+      key,
+      mix,
+      arrival,
+      diurnal: t.diurnal && {
+        periodMs: t.diurnal.period * 1000,
+        amplitude: t.diurnal.amplitude,
+        peakMs: (t.diurnal.peak ?? 0) * 1000,
+      },
+      prompt: t.prompt_tokens as LengthSpec | undefined,
+      output: t.output_tokens as LengthSpec | undefined,
+      trace,
+      maxTokens: t.max_tokens as LengthSpec | undefined,
+      promptEstimateError: t.prompt_estimate_error ?? 0,
+      patienceMs: t.patience !== undefined ? t.patience * 1000 : undefined,
+    };
+  });
+  let tenantPolicies: ReadonlyMap<string, TenantPolicy>;
+  try {
+    tenantPolicies = resolveTenantPolicies(policies as Record<string, unknown>);
+  } catch (err) {
+    throw new ConfigError(
+      at((err as ConfigError).path || "tenants"),
+      (err as Error).message.replace(/^.*?: /, ""),
+    );
+  }
+
+  // Phases.
+  const phaseNames = new Set<string>();
+  const phases: ResolvedPhase[] = (s.phases ?? []).map((p, i) => {
+    const path = `phases.${i}`;
+    const name = p.name ?? `phase${i}`;
+    if (phaseNames.has(name)) throw new ConfigError(at(`${path}.name`), `duplicate phase ${name}`);
+    phaseNames.add(name);
+    const fromMs = p.at * 1000;
+    const toMs = p.until !== undefined ? p.until * 1000 : Number.POSITIVE_INFINITY;
+    if (!(toMs > fromMs)) throw new ConfigError(at(`${path}.until`), "must be after at");
+    if (
+      p.rate === undefined &&
+      p.slowdown === undefined &&
+      p.fail === undefined &&
+      p.capacity === undefined
+    ) {
+      throw new ConfigError(at(path), "give at least one of rate, slowdown, fail, capacity");
+    }
+    if (p.rate) {
+      p.rate.tenants.forEach((n, j) => {
+        const t = tenants.find((x) => x.name === n);
+        if (!t) throw new ConfigError(at(`${path}.rate.tenants.${j}`), `no tenant named ${n}`);
+        if (t.arrival.process === "closed") {
+          throw new ConfigError(
+            at(`${path}.rate.tenants.${j}`),
+            `tenant ${n} is closed-loop (its load is set by users and think)`,
+          );
+        }
+      });
+    }
+    return {
+      name,
+      fromMs,
+      toMs,
+      rate: p.rate,
+      slowdown: p.slowdown && {
+        workers: p.slowdown.workers.map((w, j) => workerIndex(w, `${path}.slowdown.workers.${j}`)),
+        factor: p.slowdown.factor,
+      },
+      fail: p.fail && { workers: p.fail.workers.map((w, j) => workerIndex(w, `${path}.fail.workers.${j}`)) },
+      capacity: p.capacity,
+    };
+  });
+
+  // The reservations must fit the capacity the schedulers start with, as at the gateway's startup.
+  const policyNames = overrides.policies ?? s.policies ?? [...POLICY_NAMES];
+  const startCapacity = pol.capacity ?? workers.reduce((sum, w) => sum + w.profile.maxRunning, 0);
+  const reserved = PRIORITY_CLASSES.map((c) => requiredReservation(settings.classes[c], startCapacity));
+  const totalReserved = reserved.reduce((a, b) => a + b, 0);
+  if (policyNames.some((p) => p !== "fifo") && totalReserved > startCapacity) {
+    const parts = [...PRIORITY_CLASSES]
+      .reverse()
+      .map((c) => `${c} ${reserved[PRIORITY_CLASSES.indexOf(c)]}`)
+      .join(", ");
+    throw new ConfigError(
+      at("policy"),
+      `the classes' reservations total ${totalReserved} (${parts}), more than the fleet's capacity of ${startCapacity}: the gateway would fall back to legacy admission; lower reserved_floor / reserved_per_slot or add workers`,
+    );
+  }
+
+  const slo = { ...DEFAULT_SLO };
+  for (const [cls, v] of Object.entries(s.slo ?? {})) {
+    if (v) slo[cls as PriorityClass] = { ttftMs: v.ttft_ms, tpotMs: v.tpot_ms, e2eMs: v.e2e_ms };
+  }
+
+  const expectations: Expectation[] = (s.expect ?? []).map((e, i) => {
+    if (e.during !== undefined && !phaseNames.has(e.during)) {
+      throw new ConfigError(at(`expect.${i}.during`), `no phase named ${e.during}`);
+    }
+    return {
+      metric: e.metric,
+      cls: e.class,
+      during: e.during,
+      max: e.max,
+      min: e.min,
+      label: e.label ?? expectationLabel(e.metric, e.class, e.min, e.max, e.during),
+    };
+  });
+
+  return {
+    file,
+    name: s.name ?? file.replace(/\.ya?ml$/, ""),
+    description: s.description ?? "",
+    seed: overrides.seed ?? s.seed ?? 1,
+    durationMs,
+    drainMs: (s.drain ?? 600) * 1000,
+    epochStartMs: Date.parse(s.start ?? "2026-01-05T00:00:00Z"),
+    workers,
+    routing: s.routing ?? "least_loaded",
+    tenants,
+    phases,
+    classes: settings.classes,
+    tenantPolicies,
+    defaultMaxClass: pol.default_max_class ?? gw.defaultMaxClass ?? "default",
+    pricing: pol.pricing ?? gw.pricing ?? {},
+    capacityPin: pol.capacity,
+    legacy: {
+      maxConcurrentRequests: pol.legacy?.max_concurrent_requests ?? gw.legacy.maxConcurrentRequests,
+      queueSize: pol.legacy?.queue_size ?? gw.legacy.queueSize ?? 100,
+      queueTimeoutSecs: pol.legacy?.queue_timeout_secs ?? gw.legacy.queueTimeoutSecs ?? 60,
+    },
+    strict: { wakeupMs: pol.strict?.wakeup_ms ?? 1 },
+    policies: policyNames,
+    slo,
+    expectations,
+    bucketMs: (s.report?.bucket ?? 1) * 1000,
+  };
+}
+
+/**
+ * The parts of a gateway `--config` file the simulator uses: the priority-scheduler file, the
+ * default max class, the legacy admission settings and pricing. Other keys (ports, workers' URLs,
+ * API keys, ...) are accepted and ignored, so a production file can be used as it is.
+ */
+function gatewaySettings(file: Record<string, unknown>, label: string) {
+  const shape = z.object({
+    priority_scheduler_config: z.string().optional(),
+    priority_scheduler_default_max_class: classEnum.optional(),
+    max_concurrent_requests: num()
+      .int("must be an integer")
+      .refine((n) => n === -1 || n >= 1, "must be -1 (unlimited) or an integer >= 1")
+      .optional(),
+    queue_size: nonNegInt().optional(),
+    queue_timeout_secs: posNum().optional(),
+    pricing: pricingSchema.optional(),
+  });
+  const parsed = shape.safeParse(file);
+  if (!parsed.success) throw issueError(parsed.error, label, file);
+  const g = parsed.data;
+  return {
+    schedulerConfig: g.priority_scheduler_config,
+    defaultMaxClass: g.priority_scheduler_default_max_class,
+    legacy: {
+      maxConcurrentRequests: g.max_concurrent_requests,
+      queueSize: g.queue_size,
+      queueTimeoutSecs: g.queue_timeout_secs,
+    },
+    pricing: g.pricing,
+  };
+}

@@ -1,0 +1,121 @@
+/**
+ * The terminal summary of a report: per policy and class, requests, completions, rejections,
+ * queue wait, TTFT and throughput; fairness per class; the scenario's expectations per policy.
+ */
+import { CLASSES_HIGH_TO_LOW } from "../core/class.js";
+import type { Report } from "./report.js";
+import type { PolicyName } from "./scenario.js";
+
+function pad(cells: string[][]): string {
+  const widths = cells[0]!.map((_, i) => Math.max(...cells.map((r) => (r[i] ?? "").length)));
+  return cells
+    .map((r) =>
+      r
+        .map((c, i) => (i < 2 ? c.padEnd(widths[i]!) : c.padStart(widths[i]!)))
+        .join("  ")
+        .trimEnd(),
+    )
+    .join("\n");
+}
+
+const ms = (v: number | null) =>
+  v === null ? "-" : v >= 10000 ? `${(v / 1000).toFixed(1)}s` : `${Math.round(v)}`;
+const pct = (v: number | null) => (v === null ? "-" : `${(v * 100).toFixed(1)}%`);
+const num = (v: number) =>
+  v >= 1e6 ? `${(v / 1e6).toFixed(2)}M` : v >= 1e4 ? `${(v / 1e3).toFixed(1)}k` : `${Math.round(v)}`;
+
+export function summaryTable(report: Report): string {
+  const s = report.scenario;
+  const policies = Object.keys(report.policies) as PolicyName[];
+  const out: string[] = [];
+  out.push(
+    `scenario ${s.name} (${s.file}), seed ${s.seed}, ${s.duration_s} s, ${s.workers.length} workers, capacity ${s.capacity}`,
+  );
+  if (s.description) out.push(s.description);
+  out.push("");
+  const rows: string[][] = [
+    [
+      "policy",
+      "class",
+      "requests",
+      "done",
+      "rejected",
+      "failed",
+      "wait p50",
+      "wait p99",
+      "ttft p99",
+      "tpot p99",
+      "e2e p99",
+      "tok/s",
+      "goodput",
+    ],
+  ];
+  for (const p of policies) {
+    const r = report.policies[p]!;
+    for (const c of CLASSES_HIGH_TO_LOW) {
+      const st = r.classes[c];
+      if (!st) continue;
+      const rej = Object.values(st.rejected).reduce((a, b) => a + (b ?? 0), 0);
+      const failed = Object.values(st.failed).reduce((a, b) => a + (b ?? 0), 0) + st.unfinished;
+      rows.push([
+        p,
+        c,
+        String(st.requests),
+        String(st.completed),
+        rej > 0 ? `${rej} (${pct(rej / st.requests)})` : "0",
+        String(failed),
+        ms(st.queue_wait_ms.p50),
+        ms(st.queue_wait_ms.p99),
+        ms(st.ttft_ms.p99),
+        ms(st.tpot_ms.p99),
+        ms(st.e2e_ms.p99),
+        num(st.tokens_per_s),
+        pct(st.slo_attainment),
+      ]);
+    }
+  }
+  out.push(pad(rows));
+  out.push("", "latencies in ms; goodput = requests that completed within their class's SLO");
+
+  const fairRows: string[][] = [
+    ["policy", "class", "backlogged", "share error", "jain", "gap / VTC bound", "shares (weight)"],
+  ];
+  for (const p of policies) {
+    const r = report.policies[p]!;
+    for (const c of CLASSES_HIGH_TO_LOW) {
+      const f = r.fairness.all?.[c];
+      if (!f) continue;
+      fairRows.push([
+        p,
+        c,
+        `${f.backlogged_s} s`,
+        pct(f.share_error),
+        f.jain_index === null ? "-" : f.jain_index.toFixed(3),
+        f.service_gap_vtc_ratio === null ? "-" : `${f.service_gap_vtc_ratio.toFixed(2)}`,
+        Object.entries(f.tenants)
+          .map(([t, x]) => `${t} ${pct(x.share)} (${x.weight})`)
+          .join(", "),
+      ]);
+    }
+  }
+  if (fairRows.length > 1)
+    out.push("", "fairness while every tenant of the class is backlogged:", pad(fairRows));
+
+  const exps = report.policies[policies[0]!]!.expectations;
+  if (exps.length > 0) {
+    const expRows: string[][] = [["expectation", "", ...policies]];
+    exps.forEach((e, i) => {
+      expRows.push([
+        e.label,
+        "",
+        ...policies.map((p) => {
+          const x = report.policies[p]!.expectations[i]!;
+          const v = x.value === null ? "n/a" : String(x.value);
+          return `${x.pass ? "pass" : "FAIL"} ${v}`;
+        }),
+      ]);
+    });
+    out.push("", pad(expRows));
+  }
+  return `${out.join("\n")}\n`;
+}

@@ -1,0 +1,117 @@
+/**
+ * The in-process admission backend: the priority scheduler when enabled and valid, otherwise the
+ * legacy limiter. The mode is decided once, after the first worker discovery, so reservations are
+ * checked against real capacity; a scheduler that cannot be built fails safe to legacy with an
+ * ERROR log that says why.
+ */
+import type { Logger } from "pino";
+import type { PriorityClass } from "../core/class.js";
+import type { Clock } from "../core/clock.js";
+import type { ClassOverrides, ClassSettingsTable, TenantPolicy } from "../core/config.js";
+import { createScheduler, type Scheduler } from "../core/engine.js";
+import type { SchedulerObserver } from "../core/events.js";
+import { createLegacyLimiter, type LegacyLimiter, type LegacyLimiterOptions } from "../core/legacy.js";
+import type { AdmissionBackend, AdmissionRequest, AdmissionSnapshot, Slot } from "./backend.js";
+
+class SchedulerBackend implements AdmissionBackend {
+  readonly mode = "scheduler" as const;
+  readonly fallbackReason = undefined;
+  constructor(private readonly scheduler: Scheduler) {}
+  /** The permit is the slot: it has every Slot member (no wrapper, no extra promise). */
+  acquire(request: AdmissionRequest): Promise<Slot> {
+    return this.scheduler.acquire(request);
+  }
+  classify(priority: string | undefined, tenant: string) {
+    return this.scheduler.classify(priority, tenant);
+  }
+  setCapacity(capacity: number): void {
+    this.scheduler.setCapacity(capacity);
+  }
+  setTenantPolicies(policies: ReadonlyMap<string, TenantPolicy>, defaultMaxClass: PriorityClass): void {
+    this.scheduler.setTenantPolicies(policies, defaultMaxClass);
+  }
+  snapshot(): AdmissionSnapshot {
+    return this.scheduler.snapshot();
+  }
+  counters() {
+    return this.scheduler.counters();
+  }
+}
+
+class LegacyBackend implements AdmissionBackend {
+  readonly mode = "legacy" as const;
+  constructor(
+    private readonly legacy: LegacyLimiter,
+    readonly fallbackReason: string | undefined,
+    private capacity: number,
+  ) {}
+  /** The legacy permit is the slot too. */
+  acquire(request: AdmissionRequest): Promise<Slot> {
+    return this.legacy.acquire(request);
+  }
+  classify() {
+    return undefined;
+  }
+  counters() {
+    return undefined;
+  }
+  setCapacity(capacity: number): void {
+    // Legacy admission limits by --max-concurrent-requests, not by discovered capacity; the
+    // capacity is kept for the snapshot only.
+    this.capacity = capacity;
+  }
+  setTenantPolicies(): void {
+    // No classes or weights in legacy admission (budgets apply in both modes, elsewhere).
+  }
+  snapshot(): AdmissionSnapshot {
+    const inflight = this.legacy.inflight;
+    return {
+      capacity: this.capacity,
+      inflight,
+      queued: this.legacy.queued,
+      utilization: this.capacity > 0 ? inflight / this.capacity : 0,
+      classes: null,
+    };
+  }
+}
+
+export interface InProcessOptions {
+  /** The priority scheduler is enabled (else legacy admission). */
+  enabled: boolean;
+  defaultMaxClass: PriorityClass;
+  /** The priority YAML's classes and tenant policies, already parsed and validated. */
+  classes: ClassOverrides | ClassSettingsTable;
+  tenantPolicies: ReadonlyMap<string, TenantPolicy>;
+  /** A priority YAML that could not be loaded: the scheduler fails safe to legacy with this reason. */
+  loadError?: string | undefined;
+  capacity: number;
+  legacy: Omit<LegacyLimiterOptions, "clock">;
+  observer?: SchedulerObserver | undefined;
+  clock: Clock;
+  logger: Logger;
+}
+
+export function createInProcessBackend(options: InProcessOptions): AdmissionBackend {
+  const legacy = () => createLegacyLimiter({ ...options.legacy, clock: options.clock });
+  if (!options.enabled) return new LegacyBackend(legacy(), undefined, options.capacity);
+  try {
+    if (options.loadError !== undefined) throw new Error(options.loadError);
+    const scheduler = createScheduler({
+      capacity: options.capacity,
+      classes: options.classes,
+      tenantPolicies: options.tenantPolicies,
+      defaultMaxClass: options.defaultMaxClass,
+      clock: options.clock,
+      ...(options.observer ? { observer: options.observer } : {}),
+    });
+    options.logger.info({ capacity: options.capacity }, "priority scheduler enabled");
+    return new SchedulerBackend(scheduler);
+  } catch (err) {
+    const reason = (err as Error).message;
+    options.logger.error(
+      { err: reason },
+      `priority scheduler disabled, falling back to legacy admission: ${reason}`,
+    );
+    return new LegacyBackend(legacy(), reason, options.capacity);
+  }
+}

@@ -1,0 +1,56 @@
+/** The SSE usage reader: byte-exact output for any chunking, the null usage stripped, usage found. */
+import assert from "node:assert/strict";
+import { test } from "node:test";
+import fc from "fast-check";
+import { UsageReader } from "../../src/gateway/usage.js";
+
+const EVENTS = [
+  'data: {"id":"1","choices":[{"delta":{"content":"a"}}],"usage":null}\n\n',
+  'data: {"id":"1", "choices": [{"delta": {"content": "b"}}], "usage": null}\r\n\r\n',
+  'data: {"id":"1","choices":[{"delta":{"content":"\\"usage\\" is a word"}}],"usage":null}\n\n',
+  ": a comment\n\n",
+  'event: x\ndata: {"id":"1","choices":[],"usage":null}\n\n',
+];
+const USAGE = 'data: {"id":"1","choices":[],"usage":{"prompt_tokens":7,"completion_tokens":3}}\n\n';
+const DONE = "data: [DONE]\n\n";
+
+/** What the client must see: each event with its trailing null usage removed, the usage chunk gone. */
+function expected(events: string[]): string {
+  return events.map((e) => e.replace(/,\s*"usage"\s*:\s*null\s*}(\s*)$/gm, "}$1")).join("");
+}
+
+test("any chunking of a stream gives the same bytes, the null usage stripped and usage read", () => {
+  fc.assert(
+    fc.property(
+      fc.array(fc.constantFrom(...EVENTS), { minLength: 1, maxLength: 12 }),
+      fc.array(fc.integer({ min: 1, max: 40 }), { minLength: 1, maxLength: 20 }),
+      (events, cuts) => {
+        const whole = Buffer.from(events.join("") + USAGE + DONE);
+        const reader = new UsageReader("text/event-stream", true);
+        let out = "";
+        let at = 0;
+        let i = 0;
+        while (at < whole.length) {
+          const size = cuts[i++ % cuts.length]!;
+          out += reader.transform(whole.subarray(at, at + size)).toString();
+          at += size;
+        }
+        out += reader.flush()?.toString() ?? "";
+        assert.equal(out, expected(events) + DONE);
+        assert.deepEqual(reader.usage, { inputTokens: 7, outputTokens: 3 });
+      },
+    ),
+    { numRuns: 300, seed: 7 },
+  );
+});
+
+test("a non-stream JSON answer: usage read from the usage object alone, even past nested keys", () => {
+  const reader = new UsageReader("application/json", false);
+  const body = Buffer.from(
+    '{"choices":[{"message":{"content":"{\\"usage\\": 1}"}}],"usage":{"prompt_tokens":5,"completion_tokens":2,"total_tokens":7}}',
+  );
+  reader.transform(body.subarray(0, 10));
+  reader.transform(body.subarray(10));
+  reader.flush();
+  assert.deepEqual(reader.usage, { inputTokens: 5, outputTokens: 2 });
+});
