@@ -4,7 +4,6 @@
  * for usage, the gateway asks for it (`stream_options.include_usage`) and strips that extra chunk
  * from what the client sees.
  */
-import { StringDecoder } from "node:string_decoder";
 import type { Usage } from "../core/budgets.js";
 
 const USAGE_PATHS = ["/v1/chat/completions", "/v1/completions"];
@@ -122,16 +121,27 @@ function objectAfter(body: Buffer, from: number): string | undefined {
   return undefined;
 }
 
-/** Watches (and for streams, may rewrite) the response body on its way to the client. */
+const LFLF = Buffer.from("\n\n");
+const CRLFCRLF = Buffer.from("\r\n\r\n");
+/** Past this much without an event boundary, the body is not SSE after all: stop looking. */
+const MAX_PENDING_BYTES = 1 << 20;
+
+/**
+ * Watches (and for streams, may rewrite) the response body on its way to the client.
+ *
+ * SSE works on bytes: events split at the blank line (ASCII, so a multi-byte character never
+ * straddles two events), and an event is decoded only when it mentions `"usage"` with a value
+ * that is not `null`, which happens once per stream.
+ */
 export class UsageReader {
   private readonly sse: boolean;
   private readonly strip: boolean;
   private found: Usage | undefined;
   private json: Buffer[] = [];
   private jsonBytes = 0;
-  private pending = "";
-  // Decodes across chunk boundaries: a multi-byte character split between two chunks stays whole.
-  private readonly decoder = new StringDecoder("utf8");
+  /** The start of an event whose end has not arrived yet. */
+  private pending: Buffer | undefined;
+  private gaveUp = false;
 
   constructor(contentType: string | undefined, strip: boolean) {
     this.sse = contentType?.includes("text/event-stream") ?? false;
@@ -153,12 +163,34 @@ export class UsageReader {
       this.jsonBytes += chunk.length;
       return chunk;
     }
-    if (!this.strip) {
-      // Pass bytes through untouched; scan only complete events for usage.
-      this.scan(this.decoder.write(chunk), false);
-      return chunk;
+    if (this.gaveUp) return chunk;
+    const data = this.pending === undefined ? chunk : Buffer.concat([this.pending, chunk]);
+    this.pending = undefined;
+    // Pieces to send when rewriting; `same` while they are exactly `data` so far.
+    const out: Buffer[] = [];
+    let same = true;
+    let pos = 0;
+    for (;;) {
+      const stop = eventStop(data, pos);
+      if (stop === -1) break;
+      const event = data.subarray(pos, stop);
+      pos = stop;
+      const sent = this.readEvent(event);
+      if (!this.strip) continue;
+      if (sent !== event) same = false;
+      if (sent.length > 0) out.push(sent);
     }
-    return Buffer.from(this.scan(this.decoder.write(chunk), true));
+    if (pos < data.length) {
+      // Copied: the chunk's memory is not ours to keep.
+      this.pending = Buffer.from(data.subarray(pos));
+      if (!this.strip && this.pending.length > MAX_PENDING_BYTES) {
+        this.pending = undefined;
+        this.gaveUp = true;
+      }
+    }
+    if (!this.strip) return chunk;
+    if (same && pos === data.length && data === chunk) return chunk;
+    return out.length === 1 ? out[0]! : Buffer.concat(out);
   }
 
   /** End of body: returns any held-back bytes. */
@@ -171,34 +203,38 @@ export class UsageReader {
       this.json = [];
       return undefined;
     }
-    const rest = this.pending + this.decoder.end();
-    this.pending = "";
-    if (rest === "") return undefined;
-    const kept = this.keepEvent(rest) ? withoutNullUsage(rest, this.strip) : "";
-    return this.strip && kept !== "" ? Buffer.from(kept) : undefined;
+    const rest = this.pending;
+    this.pending = undefined;
+    if (rest === undefined || rest.length === 0) return undefined;
+    const sent = this.readEvent(rest);
+    return this.strip && sent.length > 0 ? sent : undefined;
   }
 
-  /** Splits complete events off the buffer; returns the text to forward when rewriting. */
-  private scan(text: string, rewrite: boolean): string {
-    this.pending += text;
-    let out = "";
-    for (;;) {
-      const { end, sep } = eventEnd(this.pending);
-      if (end === -1) break;
-      const event = this.pending.slice(0, end + sep);
-      this.pending = this.pending.slice(end + sep);
-      if (this.keepEvent(event) && rewrite) out += withoutNullUsage(event, this.strip);
+  /**
+   * Reads usage from one event and returns what the client gets of it: the event itself, the event
+   * without its trailing `"usage":null`, or nothing for the extra usage chunk (when stripping).
+   */
+  private readEvent(event: Buffer): Buffer {
+    const at = event.indexOf(USAGE_KEY);
+    if (at === -1) return event;
+    if (
+      event.indexOf(USAGE_KEY, at + USAGE_KEY.length) === -1 &&
+      isNullAfterBytes(event, at + USAGE_KEY.length)
+    ) {
+      // The common case with usage requested: `"usage":null` on every chunk, nothing to read.
+      if (!this.strip) return event;
+      const cut = nullUsageCut(event, at);
+      if (cut !== undefined) return Buffer.concat([event.subarray(0, cut.from), event.subarray(cut.to)]);
     }
-    if (!rewrite && this.pending.length > 1 << 20) this.pending = ""; // not SSE after all: stop buffering
-    return out;
+    const text = event.toString("utf8");
+    if (!this.keepEvent(text)) return EMPTY;
+    if (!this.strip) return event;
+    const kept = withoutNullUsage(text, true);
+    return kept === text ? event : Buffer.from(kept);
   }
 
   /** Reads usage from an event; false when it is the extra usage chunk to hide from the client. */
   private keepEvent(event: string): boolean {
-    const at = event.indexOf('"usage"');
-    if (at === -1) return true;
-    // The common case with usage requested: `"usage":null` on every chunk, nothing to read.
-    if (isNullAfter(event, at + 7) && event.indexOf('"usage"', at + 7) === -1) return true;
     for (const line of event.split("\n")) {
       if (!line.startsWith("data:")) continue;
       const data = line.slice(5).trim();
@@ -219,22 +255,55 @@ export class UsageReader {
   }
 }
 
-/** Where the first complete SSE event ends: the blank line ("\n\n" or "\r\n\r\n"). */
-function eventEnd(text: string): { end: number; sep: number } {
-  const lf = text.indexOf("\n\n");
-  const crlf = text.indexOf("\r\n\r\n");
-  if (crlf !== -1 && (lf === -1 || crlf < lf)) return { end: crlf, sep: 4 };
-  return { end: lf, sep: 2 };
+const EMPTY = Buffer.alloc(0);
+
+/** Where the first complete SSE event from `pos` ends, past its blank line; -1 when none yet. */
+function eventStop(data: Buffer, pos: number): number {
+  const lf = data.indexOf(LFLF, pos);
+  const crlf = data.indexOf(CRLFCRLF, pos);
+  if (crlf !== -1 && (lf === -1 || crlf < lf)) return crlf + 4;
+  return lf === -1 ? -1 : lf + 2;
 }
 
-/** True when, after `from` (just past a key), the value is `null` (`: null`, blanks allowed). */
-function isNullAfter(text: string, from: number): boolean {
+function isBlank(c: number | undefined): boolean {
+  return c === 0x20;
+}
+
+/** True when, after `from` (just past a key), the value is `null` (`: null`, spaces allowed). */
+function isNullAfterBytes(data: Buffer, from: number): boolean {
   let i = from;
-  while (text.charCodeAt(i) === 0x20) i++;
-  if (text.charCodeAt(i) !== 0x3a) return false; // ":"
+  while (isBlank(data[i])) i++;
+  if (data[i] !== 0x3a) return false; // ":"
   i++;
-  while (text.charCodeAt(i) === 0x20) i++;
-  return text.startsWith("null", i);
+  while (isBlank(data[i])) i++;
+  return data[i] === 0x6e && data[i + 1] === 0x75 && data[i + 2] === 0x6c && data[i + 3] === 0x6c; // null
+}
+
+/**
+ * For a one-line event `data: {...,"usage":null}` (tight or spaced, the form servers emit), the
+ * byte range of `,"usage":null` to cut; undefined for any other shape (the text path handles it).
+ */
+function nullUsageCut(event: Buffer, at: number): { from: number; to: number } | undefined {
+  // The object's closing brace, then only the line end and the blank line.
+  let end = event.length;
+  while (end > 0 && (event[end - 1] === 0x0a || event[end - 1] === 0x0d)) end--;
+  if (event[end - 1] !== 0x7d) return undefined; // "}"
+  // Only one line: a second data line would need the text path.
+  const firstLf = event.indexOf(0x0a);
+  if (firstLf !== -1 && firstLf < end) return undefined;
+  // Back from the key over blanks to the comma.
+  let from = at - 1;
+  while (from >= 0 && isBlank(event[from])) from--;
+  if (event[from] !== 0x2c) return undefined; // ","
+  // Forward from the key: `: null`, blanks, then that closing brace.
+  let i = at + USAGE_KEY.length;
+  while (isBlank(event[i])) i++;
+  i++; // ":"
+  while (isBlank(event[i])) i++;
+  i += 4; // null
+  while (isBlank(event[i])) i++;
+  if (i !== end - 1) return undefined;
+  return { from, to: i };
 }
 
 const NULL_USAGE_TIGHT = ',"usage":null}';

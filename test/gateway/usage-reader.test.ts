@@ -10,6 +10,9 @@ const EVENTS = [
   'data: {"id":"1","choices":[{"delta":{"content":"\\"usage\\" is a word"}}],"usage":null}\n\n',
   ": a comment\n\n",
   'event: x\ndata: {"id":"1","choices":[],"usage":null}\n\n',
+  // Multi-byte characters: any cut may fall inside one.
+  'data: {"id":"1","choices":[{"delta":{"content":"é✓ 日本"}}],"usage":null}\n\n',
+  'data: {"id":"1","choices":[{"delta":{"content":"x"}}]}\n\n',
 ];
 const USAGE = 'data: {"id":"1","choices":[],"usage":{"prompt_tokens":7,"completion_tokens":3}}\n\n';
 const DONE = "data: [DONE]\n\n";
@@ -42,6 +45,38 @@ test("any chunking of a stream gives the same bytes, the null usage stripped and
     ),
     { numRuns: 300, seed: 7 },
   );
+});
+
+test("a client that asked for usage gets every byte untouched, and the usage is read", () => {
+  fc.assert(
+    fc.property(
+      fc.array(fc.constantFrom(...EVENTS), { minLength: 1, maxLength: 12 }),
+      fc.array(fc.integer({ min: 1, max: 40 }), { minLength: 1, maxLength: 20 }),
+      (events, cuts) => {
+        const whole = Buffer.from(events.join("") + USAGE + DONE);
+        const reader = new UsageReader("text/event-stream", false);
+        const out: Buffer[] = [];
+        let at = 0;
+        let i = 0;
+        while (at < whole.length) {
+          const size = cuts[i++ % cuts.length]!;
+          out.push(reader.transform(whole.subarray(at, at + size)));
+          at += size;
+        }
+        assert.equal(reader.flush(), undefined);
+        assert.ok(Buffer.concat(out).equals(whole));
+        assert.deepEqual(reader.usage, { inputTokens: 7, outputTokens: 3 });
+      },
+    ),
+    { numRuns: 300, seed: 11 },
+  );
+});
+
+test("a stream cut off without its blank line still gives its last event to the client", () => {
+  const reader = new UsageReader("text/event-stream", true);
+  const first = reader.transform(Buffer.from('data: {"a":1,"usage":null}\n\ndata: {"b":2,"usage":null}'));
+  assert.equal(first.toString(), 'data: {"a":1}\n\n');
+  assert.equal(reader.flush()?.toString(), 'data: {"b":2}');
 });
 
 test("a non-stream JSON answer: usage read from the usage object alone, even past nested keys", () => {
