@@ -3,6 +3,8 @@ import { connect } from "node:net";
 import { describe, test } from "node:test";
 import { request } from "undici";
 import { type MockWorker, type MockWorkerOptions, startMockWorker } from "../src/mock-worker/index.js";
+import { resolveOptions } from "../src/mock-worker/options.js";
+import { Batcher } from "../src/mock-worker/simulation.js";
 
 const FAST: MockWorkerOptions = { ttftMs: 5, tokenDelayMs: 1 };
 
@@ -759,5 +761,24 @@ describe("mock worker: fault modes", () => {
       const info = (await (await request(`${w.url}/get_server_info`)).body.json()) as Record<string, unknown>;
       assert.equal(info["context_length"], 100);
     });
+  });
+});
+
+describe("mock worker: a knee", () => {
+  const idle = { start() {}, abort() {} };
+  test("delays rise by kneeSlowdown per running request past the knee, and not before it", () => {
+    const batcher = new Batcher(64, 0, 4, 0.5);
+    const scaled: number[] = [];
+    for (let i = 0; i < 8; i++) {
+      batcher.enqueue({ ...idle });
+      scaled.push(batcher.scale(10));
+    }
+    // 1..4 running: the base; then 1.5x, 2x, 2.5x, 3x.
+    assert.deepEqual(scaled, [10, 10, 10, 10, 15, 20, 25, 30]);
+  });
+
+  test("a knee below 0 or a negative slowdown is refused", () => {
+    assert.throws(() => resolveOptions({ knee: -1 }), /knee must be a non-negative integer/);
+    assert.throws(() => resolveOptions({ kneeSlowdown: -0.5 }), /kneeSlowdown must be a non-negative number/);
   });
 });

@@ -32,6 +32,8 @@ interface CliOptions {
   ttftMs: number;
   tokenDelayMs: number;
   batchSlowdown: number;
+  knee: number;
+  kneeSlowdown: number;
   defaultMaxTokens: number;
   model: string;
   reportCapacity: boolean;
@@ -61,6 +63,13 @@ export async function runMockWorkerCli(argv: string[]): Promise<void> {
     .option("--ttft-ms <ms>", "base time to first token", nonNegative, 20)
     .option("--token-delay-ms <ms>", "base inter-token delay", nonNegative, 5)
     .option("--batch-slowdown <fraction>", "delay added per extra running request", nonNegative, 0.02)
+    .option("--knee <n>", "concurrency past which delays rise steeply (0 = none)", integer(0), 0)
+    .option(
+      "--knee-slowdown <fraction>",
+      "delay multiplier added per running request past the knee",
+      nonNegative,
+      0.5,
+    )
     .option("--default-max-tokens <n>", "output length when a request sets none", integer(0), 16)
     .option("--model <name>", "model name to report", "mock-llm")
     .option("--no-report-capacity", "omit max_running_requests from /get_server_info")
@@ -85,6 +94,8 @@ export async function runMockWorkerCli(argv: string[]): Promise<void> {
     ttftMs: opts.ttftMs,
     tokenDelayMs: opts.tokenDelayMs,
     batchSlowdown: opts.batchSlowdown,
+    knee: opts.knee,
+    kneeSlowdown: opts.kneeSlowdown,
     defaultMaxTokens: opts.defaultMaxTokens,
     model: opts.model,
     reportCapacity: opts.reportCapacity,

@@ -24,6 +24,15 @@ export interface MockWorkerOptions {
    * effective delay = base * (1 + batchSlowdown * (running - 1)).
    */
   batchSlowdown?: number;
+  /**
+   * The concurrency past which the worker saturates (0 = none, the default): each running request
+   * beyond it multiplies delays by a further `kneeSlowdown`, so time per token rises steeply there,
+   * as a GPU's does once its batch stops fitting:
+   * effective delay *= 1 + kneeSlowdown * max(0, running - knee).
+   */
+  knee?: number;
+  /** Slowdown per running request past the knee, default 0.5. */
+  kneeSlowdown?: number;
   /** Output length when the request gives none, default 16. */
   defaultMaxTokens?: number;
   /** Initial health, default true. */
@@ -108,6 +117,8 @@ export function resolveOptions(opts: MockWorkerOptions = {}): ResolvedOptions {
     ttftMs: opts.ttftMs ?? 20,
     tokenDelayMs: opts.tokenDelayMs ?? 5,
     batchSlowdown: opts.batchSlowdown ?? 0.02,
+    knee: opts.knee ?? 0,
+    kneeSlowdown: opts.kneeSlowdown ?? 0.5,
     defaultMaxTokens: opts.defaultMaxTokens ?? 16,
     healthy: opts.healthy ?? true,
     reportCapacity: opts.reportCapacity ?? true,
@@ -122,12 +133,12 @@ export function resolveOptions(opts: MockWorkerOptions = {}): ResolvedOptions {
   if (!Number.isInteger(resolved.defaultMaxTokens) || resolved.defaultMaxTokens < 0) {
     throw new RangeError(`defaultMaxTokens must be a non-negative integer, got ${resolved.defaultMaxTokens}`);
   }
-  for (const key of ["contextLength", "receivedLogSize", "maxHeaderSize"] as const) {
+  for (const key of ["contextLength", "receivedLogSize", "maxHeaderSize", "knee"] as const) {
     const v = resolved[key];
     if (!Number.isInteger(v) || v < 0)
       throw new RangeError(`${key} must be a non-negative integer, got ${v}`);
   }
-  for (const key of ["ttftMs", "tokenDelayMs", "batchSlowdown"] as const) {
+  for (const key of ["ttftMs", "tokenDelayMs", "batchSlowdown", "kneeSlowdown"] as const) {
     const v = resolved[key];
     if (!Number.isFinite(v) || v < 0) throw new RangeError(`${key} must be a non-negative number, got ${v}`);
   }

@@ -131,7 +131,7 @@ function readBody(req: IncomingMessage): Promise<string | null> {
 
 export function startMockWorker(opts?: MockWorkerOptions): Promise<MockWorker> {
   const o = resolveOptions(opts);
-  const batcher = new Batcher(o.maxRunningRequests, o.batchSlowdown);
+  const batcher = new Batcher(o.maxRunningRequests, o.batchSlowdown, o.knee, o.kneeSlowdown);
   const tracker = new RequestTracker(o.maxRunningRequests, o.receivedLogSize);
   const baseTiming: Timing = { ttftMs: o.ttftMs, tokenDelayMs: o.tokenDelayMs };
   let healthy = o.healthy;

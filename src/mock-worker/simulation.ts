@@ -4,7 +4,8 @@
  * A Batcher holds the running set (at most maxRunningRequests) and a FIFO of waiters; a
  * Generation paces one request's tokens. Delays scale with the number running, like a real
  * engine whose step time grows with batch size:
- *   effective delay = base * (1 + batchSlowdown * (running - 1)).
+ *   effective delay = base * (1 + batchSlowdown * (running - 1)),
+ * and past an optional knee, by a further (1 + kneeSlowdown * (running - knee)).
  */
 
 /** Something that occupies a running slot once admitted. */
@@ -29,6 +30,9 @@ export class Batcher {
   constructor(
     private readonly maxRunning: number,
     private readonly batchSlowdown: number,
+    /** 0 = no knee. */
+    private readonly knee = 0,
+    private readonly kneeSlowdown = 0,
   ) {}
 
   get runningCount(): number {
@@ -69,7 +73,8 @@ export class Batcher {
   scale(baseMs: number): number {
     if (baseMs === 0) return 0;
     const extra = Math.max(0, this.running.size - 1);
-    return baseMs * (1 + this.batchSlowdown * extra);
+    const pastKnee = this.knee > 0 ? Math.max(0, this.running.size - this.knee) : 0;
+    return baseMs * (1 + this.batchSlowdown * extra) * (1 + this.kneeSlowdown * pastKnee);
   }
 
   /**

@@ -1,0 +1,277 @@
+/**
+ * Prioritized shedding, after failsafe-go's prioritizer: when the queue's predicted wait passes a
+ * threshold, the lowest levels are refused at the door (503 load_shed) instead of waiting in vain.
+ *
+ * Levels: 100 per class, class-major, so every bulk level is below every default level, and so on:
+ *   level = classRank * 100 + (99 - usageLevel)
+ * classRank is bulk 0, default 1, interactive 2, system 3; usageLevel (0..99) is the tenant's share
+ * of the class's recent token usage, heaviest highest, so inside a class the tenants that used the
+ * most tokens recently are shed first. Usage decays with a half-life (default 60 s).
+ *
+ * Calibration, once per second (the caller runs calibrate()):
+ *   predicted wait = queued requests / recent completions per second
+ *   wait <= maxQueueWaitMs  -> threshold 0 (nothing shed)
+ *   otherwise               -> from the top level down, count the queued requests whose level is
+ *                              >= L; the threshold is the lowest L whose count still fits in
+ *                              maxQueueWaitMs of service (count <= rate * maxQueueWait). Arrivals
+ *                              below it are refused.
+ * The threshold never passes SYSTEM_LEVEL (system is never shed), and, levels being class-major,
+ * interactive is shed only once every bulk and default level is.
+ *
+ * CoDel-style sojourn check (optional, per class an operator marks sheddable): when a class's
+ * smallest queue wait over a whole interval (default 1 s) stays above its target (default 500 ms),
+ * the class's arrivals are refused until an interval's smallest wait falls under the target again.
+ *
+ * Pure: time comes from the injected Clock; no timers of its own.
+ */
+import type { PriorityClass } from "../core/class.js";
+import type { Clock } from "../core/clock.js";
+import { ConfigError } from "../core/errors.js";
+
+/** The first system level: never shed. */
+export const SYSTEM_LEVEL = 300;
+
+export interface PrioritizerOptions {
+  /** Predicted queue wait above which levels are shed. */
+  maxQueueWaitMs: number;
+  /** Half-life of the tenants' recent usage. */
+  usageHalfLifeMs?: number;
+  /** Classes with the CoDel-style sojourn check. */
+  codelClasses?: PriorityClass[];
+  /** CoDel target: smallest wait over an interval above this sheds the class. */
+  codelTargetMs?: number;
+  codelIntervalMs?: number;
+  /** Tenants tracked per class (the lightest-used are forgotten first). */
+  maxTenants?: number;
+}
+
+export interface PrioritizerStatus {
+  /** Arrivals below this level are refused (0 = none). */
+  threshold: number;
+  predictedWaitMs: number;
+  completionsPerSec: number;
+  queued: number;
+  /** Classes whose CoDel check is shedding now. */
+  codelShedding: PriorityClass[];
+  shed: number;
+}
+
+interface UsageEntry {
+  tokens: number;
+  atMs: number;
+}
+
+const RANK_BASE: Record<PriorityClass, number> = {
+  bulk: 0,
+  default: 100,
+  interactive: 200,
+  system: SYSTEM_LEVEL,
+};
+
+export class Prioritizer {
+  private readonly halfLifeMs: number;
+  private readonly codel: Set<PriorityClass>;
+  private readonly codelTargetMs: number;
+  private readonly codelIntervalMs: number;
+  private readonly maxTenants: number;
+  private readonly usage = new Map<PriorityClass, Map<string, UsageEntry>>();
+  /** Usage levels as of the last calibration: a Map lookup per request, not a scan. */
+  private usageLevels = new Map<PriorityClass, Map<string, number>>();
+  private completions = 0;
+  private rate = 0;
+  private lastCalibrationMs: number;
+  private currentThreshold = 0;
+  private predictedWait = 0;
+  private queuedTotal = 0;
+  private shedCount = 0;
+  /** Per CoDel class: smallest wait this interval, the interval's start, and whether it sheds. */
+  private readonly sojourn = new Map<PriorityClass, { min: number; since: number; shedding: boolean }>();
+
+  constructor(
+    private readonly options: PrioritizerOptions,
+    private readonly clock: Clock,
+  ) {
+    if (!(options.maxQueueWaitMs > 0))
+      throw new ConfigError("load_shedding.max_queue_wait_ms", "must be > 0");
+    this.halfLifeMs = options.usageHalfLifeMs ?? 60_000;
+    if (!(this.halfLifeMs > 0)) throw new ConfigError("load_shedding.usage_half_life_secs", "must be > 0");
+    this.codel = new Set(options.codelClasses ?? []);
+    if (this.codel.has("system")) {
+      throw new ConfigError("load_shedding.codel_classes", "system is never shed");
+    }
+    this.codelTargetMs = options.codelTargetMs ?? 500;
+    this.codelIntervalMs = options.codelIntervalMs ?? 1000;
+    if (!(this.codelTargetMs > 0)) throw new ConfigError("load_shedding.codel_target_ms", "must be > 0");
+    if (!(this.codelIntervalMs > 0)) throw new ConfigError("load_shedding.codel_interval_ms", "must be > 0");
+    this.maxTenants = options.maxTenants ?? 10_000;
+    this.lastCalibrationMs = clock.now();
+  }
+
+  /** Arrivals below this level are refused. */
+  get threshold(): number {
+    return this.currentThreshold;
+  }
+
+  /** Tokens a tenant used in a class (at settlement), for its usage level. */
+  recordUsage(cls: PriorityClass, tenant: string, tokens: number): void {
+    if (!(tokens > 0)) return;
+    let byTenant = this.usage.get(cls);
+    if (byTenant === undefined) {
+      byTenant = new Map();
+      this.usage.set(cls, byTenant);
+    }
+    const now = this.clock.now();
+    const entry = byTenant.get(tenant);
+    if (entry === undefined) {
+      if (byTenant.size >= this.maxTenants) this.forgetLightest(byTenant, now);
+      byTenant.set(tenant, { tokens, atMs: now });
+    } else {
+      entry.tokens = this.decayed(entry, now) + tokens;
+      entry.atMs = now;
+    }
+  }
+
+  /** A request finished (served): feeds the completion rate. */
+  recordCompletion(): void {
+    this.completions++;
+  }
+
+  /** A request left a class's queue after waiting `waitMs` (CoDel input). */
+  recordQueueWait(cls: PriorityClass, waitMs: number): void {
+    if (!this.codel.has(cls)) return;
+    const now = this.clock.now();
+    let s = this.sojourn.get(cls);
+    if (s === undefined) {
+      s = { min: waitMs, since: now, shedding: false };
+      this.sojourn.set(cls, s);
+      return;
+    }
+    if (now - s.since >= this.codelIntervalMs) this.closeInterval(s, now);
+    if (waitMs < s.min) s.min = waitMs;
+  }
+
+  /** The level of a request of `tenant` in `cls`. */
+  level(cls: PriorityClass, tenant: string): number {
+    const base = RANK_BASE[cls];
+    if (cls === "system") return base + 99;
+    return base + 99 - (this.usageLevels.get(cls)?.get(tenant) ?? 0);
+  }
+
+  /** True when a request at this level (of this class) is to be refused now. */
+  shouldShed(cls: PriorityClass, level: number): boolean {
+    if (cls === "system") return false;
+    const s = this.sojourn.get(cls);
+    let refuse = level < this.currentThreshold;
+    if (!refuse && s !== undefined) {
+      const now = this.clock.now();
+      if (now - s.since >= this.codelIntervalMs) this.closeInterval(s, now);
+      refuse = s.shedding;
+    }
+    if (refuse) this.shedCount++;
+    return refuse;
+  }
+
+  /**
+   * Recalibrates the threshold from the queue's level histogram: `queued` lists, for each queued
+   * request or group of them, its level and how many.
+   */
+  calibrate(queued: Iterable<{ level: number; count: number }>): void {
+    const now = this.clock.now();
+    this.usageLevels = this.computeUsageLevels(now);
+    const elapsed = Math.max(1, now - this.lastCalibrationMs);
+    this.lastCalibrationMs = now;
+    const observed = (this.completions * 1000) / elapsed;
+    this.completions = 0;
+    // Smoothed so one quiet second does not predict an endless wait.
+    this.rate = this.rate === 0 ? observed : 0.5 * this.rate + 0.5 * observed;
+
+    const histogram = new Map<number, number>();
+    let total = 0;
+    for (const { level, count } of queued) {
+      if (count <= 0) continue;
+      histogram.set(level, (histogram.get(level) ?? 0) + count);
+      total += count;
+    }
+    this.queuedTotal = total;
+    this.predictedWait =
+      total === 0 ? 0 : this.rate > 0 ? (total / this.rate) * 1000 : Number.POSITIVE_INFINITY;
+    if (this.predictedWait <= this.options.maxQueueWaitMs) {
+      this.currentThreshold = 0;
+      return;
+    }
+    // What can be served within the wait bound; the levels above the threshold must fit in it.
+    const fits = (this.rate * this.options.maxQueueWaitMs) / 1000;
+    const levels = [...histogram.keys()].sort((a, b) => b - a);
+    let above = 0;
+    let threshold = 0;
+    for (const level of levels) {
+      if (above + histogram.get(level)! > fits) {
+        threshold = level + 1;
+        break;
+      }
+      above += histogram.get(level)!;
+    }
+    this.currentThreshold = Math.min(threshold, SYSTEM_LEVEL);
+  }
+
+  /** Seconds a refused client should wait before retrying. */
+  retryAfterSecs(): number {
+    const wait = Number.isFinite(this.predictedWait) ? this.predictedWait : this.options.maxQueueWaitMs * 4;
+    return Math.max(1, Math.min(60, Math.ceil(wait / 1000)));
+  }
+
+  status(): PrioritizerStatus {
+    const codelShedding = [...this.sojourn].filter(([, s]) => s.shedding).map(([cls]) => cls);
+    return {
+      threshold: this.currentThreshold,
+      predictedWaitMs: Number.isFinite(this.predictedWait) ? this.predictedWait : -1,
+      completionsPerSec: this.rate,
+      queued: this.queuedTotal,
+      codelShedding,
+      shed: this.shedCount,
+    };
+  }
+
+  private closeInterval(s: { min: number; since: number; shedding: boolean }, now: number): void {
+    s.shedding = s.min > this.codelTargetMs;
+    s.min = Number.POSITIVE_INFINITY;
+    s.since = now;
+  }
+
+  private decayed(entry: UsageEntry, now: number): number {
+    return entry.tokens * 0.5 ** ((now - entry.atMs) / this.halfLifeMs);
+  }
+
+  /** Per class, each tenant's decayed usage as a share of the heaviest tenant's, in 0..99. */
+  private computeUsageLevels(now: number): Map<PriorityClass, Map<string, number>> {
+    const out = new Map<PriorityClass, Map<string, number>>();
+    for (const [cls, byTenant] of this.usage) {
+      let heaviest = 0;
+      const decayed = new Map<string, number>();
+      for (const [tenant, entry] of byTenant) {
+        const tokens = this.decayed(entry, now);
+        decayed.set(tenant, tokens);
+        if (tokens > heaviest) heaviest = tokens;
+      }
+      if (heaviest <= 0) continue;
+      const levels = new Map<string, number>();
+      for (const [tenant, tokens] of decayed)
+        levels.set(tenant, Math.min(99, Math.floor((tokens / heaviest) * 99)));
+      out.set(cls, levels);
+    }
+    return out;
+  }
+
+  private forgetLightest(byTenant: Map<string, UsageEntry>, now: number): void {
+    let lightest: string | undefined;
+    let least = Number.POSITIVE_INFINITY;
+    for (const [tenant, entry] of byTenant) {
+      const tokens = this.decayed(entry, now);
+      if (tokens < least) {
+        least = tokens;
+        lightest = tenant;
+      }
+    }
+    if (lightest !== undefined) byTenant.delete(lightest);
+  }
+}

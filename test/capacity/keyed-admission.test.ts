@@ -1,0 +1,122 @@
+/** Keyed shedding (kyo): the percentage follows queue delay; one answer per key per window. */
+import assert from "node:assert/strict";
+import { describe, test } from "node:test";
+import { fmix32, KeyedAdmission, keyBucket } from "../../src/capacity/keyed-admission.js";
+import { ManualClock } from "../../src/core/clock.js";
+import { ConfigError } from "../../src/core/errors.js";
+
+const keys = (n: number, prefix = "session-") => Array.from({ length: n }, (_, i) => `${prefix}${i}`);
+
+describe("the hash", () => {
+  test("buckets of 100,000 sequential keys are uniform (chi-square over 100 cells)", () => {
+    for (const window of [0, 1, 2_937_111]) {
+      const cells = new Array<number>(100).fill(0);
+      for (const key of keys(100_000)) cells[Math.floor(keyBucket(key, window) / 100)]!++;
+      const expected = 1000;
+      const chi = cells.reduce((sum, c) => sum + (c - expected) ** 2 / expected, 0);
+      // 99 degrees of freedom: the 99.9th percentile is 148.2.
+      assert.ok(chi < 148.2, `window ${window}: chi-square ${chi.toFixed(1)}`);
+    }
+  });
+
+  test("the finalizer avalanches: one flipped input bit flips about half the output bits", () => {
+    let flips = 0;
+    let trials = 0;
+    for (let v = 1; v < 2000; v += 7) {
+      for (let bit = 0; bit < 32; bit++) {
+        const diff = (fmix32(v) ^ fmix32(v ^ (1 << bit))) >>> 0;
+        flips += diff.toString(2).split("1").length - 1;
+        trials++;
+      }
+    }
+    const mean = flips / trials;
+    assert.ok(mean > 15.5 && mean < 16.5, `mean flipped bits ${mean}`);
+  });
+
+  test("windows reshuffle: the keys refused in one window are a fresh draw in the next", () => {
+    const all = keys(20_000);
+    const refusedIn = (w: number) => new Set(all.filter((k) => keyBucket(k, w) >= 5000));
+    const a = refusedIn(10);
+    const b = refusedIn(11);
+    const both = [...a].filter((k) => b.has(k)).length;
+    // Independent halves overlap on a quarter of the keys.
+    assert.ok(Math.abs(both / all.length - 0.25) < 0.02, `overlap ${both / all.length}`);
+  });
+});
+
+describe("the regulator", () => {
+  test("delay above target lowers the percentage; the refused share of keys matches it", () => {
+    const clock = new ManualClock(Date.UTC(2026, 10, 23));
+    const shed = new KeyedAdmission({ targetDelayMs: 1000 }, clock);
+    assert.equal(shed.percent, 100);
+    for (let i = 0; i < 7; i++) {
+      shed.observeDelay(5000);
+      shed.tick();
+      clock.advance(1000);
+    }
+    // 100 -> 90 -> 81 -> 72.9 -> 65.61 -> 59.05 -> 53.14 -> 47.83
+    assert.ok(Math.abs(shed.percent - 47.83) < 0.01, `percent ${shed.percent}`);
+    const all = keys(50_000);
+    const refused = all.filter((k) => shed.reject(k)).length / all.length;
+    assert.ok(Math.abs(refused - (1 - shed.percent / 100)) < 0.01, `refused ${refused}`);
+    assert.equal(shed.status().rejected + shed.status().allowed, all.length);
+  });
+
+  test("within a window a key always gets the same answer", () => {
+    const clock = new ManualClock(Date.UTC(2026, 10, 23));
+    const shed = new KeyedAdmission({ targetDelayMs: 100, rotationWindowMs: 60_000 }, clock);
+    for (let i = 0; i < 10; i++) {
+      shed.observeDelay(1000);
+      shed.tick();
+    }
+    const first = new Map(keys(500).map((k) => [k, shed.reject(k)]));
+    for (let step = 0; step < 59; step++) {
+      clock.advance(1000);
+      if (shed.window !== Math.floor(clock.epochMs() / 60_000)) break;
+      for (const [k, refused] of first) assert.equal(shed.reject(k), refused, k);
+    }
+  });
+
+  test("the dead band holds; a quiet queue recovers by steps up to 100", () => {
+    const clock = new ManualClock(0);
+    const shed = new KeyedAdmission({ targetDelayMs: 1000, increaseStep: 5 }, clock);
+    shed.observeDelay(2000);
+    shed.tick();
+    assert.equal(shed.percent, 90);
+    shed.observeDelay(700); // between half the target and the target: hold
+    shed.tick();
+    assert.equal(shed.percent, 90);
+    shed.tick(); // nothing observed: delay 0, recover
+    assert.equal(shed.percent, 95);
+    shed.tick();
+    shed.tick();
+    assert.equal(shed.percent, 100);
+    assert.equal(shed.reject("anyone"), false);
+  });
+
+  test("the percentage never leaves [minPercent, 100]", () => {
+    const clock = new ManualClock(0);
+    const shed = new KeyedAdmission({ targetDelayMs: 10, minPercent: 5 }, clock);
+    for (let i = 0; i < 200; i++) {
+      shed.observeDelay(1e9);
+      shed.tick();
+    }
+    assert.equal(shed.percent, 5);
+    assert.ok(msNonNegative(shed.msToRotation()));
+  });
+
+  test("bad settings name their key", () => {
+    const clock = new ManualClock(0);
+    assert.throws(
+      () => new KeyedAdmission({ targetDelayMs: 0 }, clock),
+      (err: unknown) => err instanceof ConfigError && /keyed_shedding.target_delay_ms/.test(err.message),
+    );
+    assert.throws(() => new KeyedAdmission({ rotationWindowMs: -1 }, clock), /rotation_window_secs/);
+    assert.throws(() => new KeyedAdmission({ decreaseFraction: 1 }, clock), /decrease_fraction/);
+    assert.throws(() => new KeyedAdmission({ minPercent: 101 }, clock), /min_percent/);
+  });
+});
+
+function msNonNegative(ms: number): boolean {
+  return Number.isFinite(ms) && ms > 0;
+}

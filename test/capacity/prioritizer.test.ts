@@ -1,0 +1,152 @@
+/** Prioritized shedding: class-major levels, heavy users first, a threshold from the queue's levels. */
+import assert from "node:assert/strict";
+import { describe, test } from "node:test";
+import fc from "fast-check";
+import { Prioritizer, SYSTEM_LEVEL } from "../../src/capacity/prioritizer.js";
+import type { PriorityClass } from "../../src/core/class.js";
+import { ManualClock } from "../../src/core/clock.js";
+import { ConfigError } from "../../src/core/errors.js";
+
+const CLASSES: PriorityClass[] = ["bulk", "default", "interactive", "system"];
+
+/** One second of `completions` completions, then a calibration over `queued`. */
+function second(
+  p: Prioritizer,
+  clock: ManualClock,
+  completions: number,
+  queued: Array<{ level: number; count: number }>,
+) {
+  for (let i = 0; i < completions; i++) p.recordCompletion();
+  clock.advance(1000);
+  p.calibrate(queued);
+}
+
+describe("levels", () => {
+  test("class-major, and inside a class the heaviest recent users are lowest", () => {
+    const clock = new ManualClock(0);
+    const p = new Prioritizer({ maxQueueWaitMs: 1000 }, clock);
+    p.recordUsage("bulk", "etl", 90_000);
+    p.recordUsage("bulk", "small", 1_000);
+    p.calibrate([]);
+    const etl = p.level("bulk", "etl");
+    const small = p.level("bulk", "small");
+    const unknown = p.level("bulk", "new-tenant");
+    assert.equal(etl, 0);
+    assert.ok(small > etl && small < 100);
+    assert.equal(unknown, 99);
+    assert.ok(p.level("default", "etl") >= 100 && p.level("default", "etl") < 200);
+    assert.equal(p.level("system", "etl"), SYSTEM_LEVEL + 99);
+  });
+
+  test("usage decays with its half-life: yesterday's heavy user is light today", () => {
+    const clock = new ManualClock(0);
+    const p = new Prioritizer({ maxQueueWaitMs: 1000, usageHalfLifeMs: 10_000 }, clock);
+    p.recordUsage("default", "old", 100_000);
+    clock.advance(100_000); // ten half-lives: 100,000 -> ~98
+    p.recordUsage("default", "new", 10_000);
+    p.calibrate([]);
+    assert.ok(p.level("default", "old") > p.level("default", "new"));
+  });
+});
+
+describe("calibration", () => {
+  test("a short predicted wait sheds nothing", () => {
+    const clock = new ManualClock(0);
+    const p = new Prioritizer({ maxQueueWaitMs: 2000 }, clock);
+    second(p, clock, 10, [{ level: 50, count: 15 }]); // 15 queued at 10/s: 1.5 s
+    assert.equal(p.threshold, 0);
+    assert.equal(p.shouldShed("bulk", 0), false);
+  });
+
+  test("a long predicted wait sheds the lowest levels, keeping what fits in the bound", () => {
+    const clock = new ManualClock(0);
+    const p = new Prioritizer({ maxQueueWaitMs: 2000 }, clock);
+    // 10/s for 2 s fits 20: interactive 8 + default 10 fit, bulk 30 does not.
+    second(p, clock, 10, [
+      { level: 250, count: 8 },
+      { level: 150, count: 10 },
+      { level: 40, count: 30 },
+    ]);
+    assert.equal(p.threshold, 41);
+    assert.equal(p.shouldShed("bulk", 40), true);
+    assert.equal(p.shouldShed("bulk", 41), false);
+    assert.equal(p.shouldShed("default", 150), false);
+    assert.ok(p.retryAfterSecs() >= 1 && p.retryAfterSecs() <= 60);
+    assert.equal(p.status().shed, 1);
+  });
+
+  test("system is never shed, even with nothing served and everything queued", () => {
+    const clock = new ManualClock(0);
+    const p = new Prioritizer({ maxQueueWaitMs: 100 }, clock);
+    second(p, clock, 0, [
+      { level: 399, count: 1000 },
+      { level: 250, count: 10 },
+    ]);
+    assert.equal(p.threshold, SYSTEM_LEVEL);
+    assert.equal(p.shouldShed("system", 300), false);
+    assert.equal(p.shouldShed("interactive", 299), true);
+    assert.equal(p.status().predictedWaitMs, -1);
+  });
+
+  test("property: no interactive request is shed while any bulk or default level is admitted", () => {
+    fc.assert(
+      fc.property(
+        fc.array(
+          fc.record({ level: fc.integer({ min: 0, max: 399 }), count: fc.integer({ min: 0, max: 500 }) }),
+          {
+            maxLength: 30,
+          },
+        ),
+        fc.integer({ min: 0, max: 200 }),
+        fc.integer({ min: 1, max: 10_000 }),
+        (queued, rate, maxWait) => {
+          const clock = new ManualClock(0);
+          const p = new Prioritizer({ maxQueueWaitMs: maxWait }, clock);
+          second(p, clock, rate, queued);
+          const shedInteractive = p.threshold > 200;
+          if (shedInteractive) {
+            for (let level = 0; level < 200; level++) assert.ok(level < p.threshold);
+          }
+          assert.ok(p.threshold <= SYSTEM_LEVEL);
+          for (const cls of CLASSES) if (cls === "system") assert.equal(p.shouldShed(cls, 399), false);
+        },
+      ),
+      { numRuns: 300, seed: 3 },
+    );
+  });
+});
+
+describe("CoDel-style sojourn check", () => {
+  test("a class whose smallest wait stays above target for an interval is shed, then released", () => {
+    const clock = new ManualClock(0);
+    const p = new Prioritizer(
+      { maxQueueWaitMs: 60_000, codelClasses: ["bulk"], codelTargetMs: 500, codelIntervalMs: 1000 },
+      clock,
+    );
+    for (let t = 0; t < 10; t++) {
+      p.recordQueueWait("bulk", 800 + t);
+      clock.advance(110);
+    }
+    assert.equal(p.shouldShed("bulk", 99), true, "every wait above target for a whole interval");
+    assert.equal(p.shouldShed("default", 199), false, "default is not marked sheddable");
+    for (let t = 0; t < 10; t++) {
+      p.recordQueueWait("bulk", t === 3 ? 100 : 900);
+      clock.advance(110);
+    }
+    assert.equal(p.shouldShed("bulk", 99), false, "one wait under target in the interval releases it");
+    assert.deepEqual(p.status().codelShedding, []);
+  });
+
+  test("bad settings name their key; system cannot be sheddable", () => {
+    const clock = new ManualClock(0);
+    assert.throws(
+      () => new Prioritizer({ maxQueueWaitMs: 0 }, clock),
+      (err: unknown) => err instanceof ConfigError && /load_shedding.max_queue_wait_ms/.test(err.message),
+    );
+    assert.throws(
+      () => new Prioritizer({ maxQueueWaitMs: 1, codelClasses: ["system"] }, clock),
+      /codel_classes/,
+    );
+    assert.throws(() => new Prioritizer({ maxQueueWaitMs: 1, codelTargetMs: -1 }, clock), /codel_target_ms/);
+  });
+});
