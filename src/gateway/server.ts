@@ -69,6 +69,7 @@ export async function startGateway(options: GatewayOptions, outcomes?: OutcomeSi
     logger,
     connectTimeoutSecs: options.upstreamConnectTimeoutSecs ?? 10,
     apiKey: options.workerApiKey,
+    clock,
   });
   const capacity = new PinnableCapacity(new DiscoveredCapacity(workers));
 

@@ -13,6 +13,7 @@
  */
 import type { Logger } from "pino";
 import { Pool } from "undici";
+import { type Clock, realClock, type TimerHandle } from "../core/clock.js";
 import type { CancelSignal } from "../core/signal.js";
 import type { HealthCheckOptions, WorkerPolicy, WorkerSpec } from "./options.js";
 
@@ -117,6 +118,8 @@ export interface WorkerPoolOptions {
   connectTimeoutSecs?: number;
   /** Bearer key for workers that have none of their own. */
   apiKey?: string | undefined;
+  /** Drives the health-check loop (the gateway's clock, so a test clock drives probes too). */
+  clock?: Clock;
 }
 
 /** How long a request waits for a worker with room before it is sent to the least loaded one. */
@@ -127,9 +130,10 @@ export class WorkerPool {
   private readonly options: WorkerPoolOptions;
   private healthy: Worker[] = [];
   private rr = 0;
-  private timer: NodeJS.Timeout | undefined;
+  private readonly clock: Clock;
+  private timer: TimerHandle | undefined;
+  private started = false;
   private readonly changeListeners: Array<() => void> = [];
-  private probing = false;
   private closed = false;
   /** Requests waiting for a worker with room (FIFO). */
   private readonly roomWaiters: Array<() => void> = [];
@@ -141,6 +145,7 @@ export class WorkerPool {
 
   constructor(options: WorkerPoolOptions) {
     this.options = options;
+    this.clock = options.clock ?? realClock;
     const connectMs = (options.connectTimeoutSecs ?? 10) * 1000;
     this.workers = options.workers.map((spec) => new Worker(spec, connectMs, options.apiKey));
   }
@@ -152,9 +157,18 @@ export class WorkerPool {
   }
 
   start(): void {
-    if (this.timer !== undefined || this.closed) return;
-    this.timer = setInterval(() => void this.probeAll(), this.options.health.intervalSecs * 1000);
-    this.timer.unref();
+    if (this.started || this.closed) return;
+    this.started = true;
+    this.armProbes();
+  }
+
+  /** The next probe round, one interval after the last one ended: rounds never overlap. */
+  private armProbes(): void {
+    if (this.closed) return;
+    this.timer = this.clock.setTimer(() => {
+      this.timer = undefined;
+      void this.probeAll().finally(() => this.armProbes());
+    }, this.options.health.intervalSecs * 1000);
   }
 
   /** Calls `listener` whenever the healthy set or a worker's capacity may have changed. */
@@ -287,20 +301,16 @@ export class WorkerPool {
 
   async close(): Promise<void> {
     this.closed = true;
-    if (this.timer !== undefined) clearInterval(this.timer);
+    if (this.timer !== undefined) this.clock.clearTimer(this.timer);
+    this.timer = undefined;
     for (const wake of this.roomWaiters.splice(0)) wake();
     await Promise.all(this.workers.map((w) => w.pool.close().catch(() => w.pool.destroy())));
   }
 
   private async probeAll(): Promise<void> {
-    if (this.probing || this.closed) return;
-    this.probing = true;
-    try {
-      await Promise.all(this.workers.map((w) => this.probe(w, false)));
-      this.refresh();
-    } finally {
-      this.probing = false;
-    }
+    if (this.closed) return;
+    await Promise.all(this.workers.map((w) => this.probe(w, false)));
+    this.refresh();
   }
 
   private async probe(worker: Worker, first: boolean): Promise<void> {

@@ -14,7 +14,7 @@
 import assert from "node:assert/strict";
 import { test } from "node:test";
 import { Agent } from "undici";
-import { sendTo, smallSchedulerYaml, startFleet } from "../gateway/helpers.js";
+import { sendTo, smallSchedulerYaml, startFleet } from "../harness.js";
 
 const TENANTS = [
   { name: "a", weight: 1 },

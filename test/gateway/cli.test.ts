@@ -9,7 +9,7 @@ import { createServer } from "node:net";
 import { describe, test } from "node:test";
 import { parseGatewayArgs } from "../../src/cli/flags.js";
 import { startMockWorker } from "../../src/mock-worker/index.js";
-import { sendTo, waitFor, writeTempFile } from "./helpers.js";
+import { sendTo, waitFor, writeTempFile } from "../harness.js";
 
 const ROOT = new URL("../../", import.meta.url).pathname;
 

@@ -7,6 +7,7 @@ import assert from "node:assert/strict";
 import { createServer } from "node:net";
 import { describe, test } from "node:test";
 import { request } from "undici";
+import { ManualClock } from "../../src/core/clock.js";
 import { DEFAULT_HEALTH, type GatewayOptions } from "../../src/gateway/options.js";
 import { startGateway } from "../../src/gateway/server.js";
 import { startMockWorker } from "../../src/mock-worker/index.js";
@@ -19,9 +20,16 @@ import {
   smallSchedulerYaml,
   startFleet,
   waitFor,
-} from "./helpers.js";
+} from "../harness.js";
 
-function options(workerUrl: string, port: number, logger: GatewayOptions["logger"]): GatewayOptions {
+const INTERVAL_MS = 20;
+
+function options(
+  workerUrl: string,
+  port: number,
+  logger: GatewayOptions["logger"],
+  clock: ManualClock,
+): GatewayOptions {
   return {
     workers: [{ url: workerUrl }],
     host: "127.0.0.1",
@@ -35,17 +43,24 @@ function options(workerUrl: string, port: number, logger: GatewayOptions["logger
     requestTimeoutSecs: 10,
     health: {
       ...DEFAULT_HEALTH,
-      intervalSecs: 0.02,
+      intervalSecs: INTERVAL_MS / 1000,
       timeoutSecs: 1,
       failureThreshold: 1,
       successThreshold: 1,
     },
     logger,
+    clock,
   };
 }
 
-/** Lets ~10 health intervals pass: the only way to see that something does *not* happen. */
-const quietPeriod = () => new Promise((resolve) => setTimeout(resolve, 250));
+/**
+ * Ten health intervals on the gateway's clock. Probe rounds are armed on it, so nothing armed means
+ * nothing can probe; the advance would start any round that was.
+ */
+function quietPeriod(clock: ManualClock): void {
+  assert.equal(clock.pendingTimers(), 0, "nothing is armed to probe the worker");
+  clock.advance(10 * INTERVAL_MS);
+}
 
 describe("gateway lifecycle", () => {
   test("a start that fails (port taken) closes the worker pool: no health probing afterwards", async (t) => {
@@ -57,10 +72,11 @@ describe("gateway lifecycle", () => {
     const { port } = blocker.address() as { port: number };
 
     const { logger, lines } = captureLogger();
-    await assert.rejects(startGateway(options(worker.url, port, logger)), { code: "EADDRINUSE" });
+    const clock = new ManualClock();
+    await assert.rejects(startGateway(options(worker.url, port, logger, clock)), { code: "EADDRINUSE" });
     const logged = lines.length;
     worker.setHealthy(false);
-    await quietPeriod();
+    quietPeriod(clock);
     assert.deepEqual(
       lines.slice(logged).map((l) => l.msg),
       [],
@@ -78,14 +94,15 @@ describe("gateway lifecycle", () => {
     const dataPort = await closedPort();
 
     const { logger, lines } = captureLogger();
+    const clock = new ManualClock();
     const failing = {
-      ...options(worker.url, dataPort, logger),
+      ...options(worker.url, dataPort, logger, clock),
       admin: { host: "127.0.0.1", port: adminPort, token: "t" },
     };
     await assert.rejects(startGateway(failing), { code: "EADDRINUSE" });
     const logged = lines.length;
     worker.setHealthy(false);
-    await quietPeriod();
+    quietPeriod(clock);
     assert.deepEqual(
       lines.slice(logged).map((l) => l.msg),
       [],
@@ -104,19 +121,21 @@ describe("gateway lifecycle", () => {
     const worker = await startMockWorker({});
     t.after(() => worker.close());
     const { logger, lines } = captureLogger();
-    const gateway = await startGateway(options(worker.url, 0, logger));
+    const clock = new ManualClock();
+    const gateway = await startGateway(options(worker.url, 0, logger, clock));
     worker.setHealthy(false);
+    clock.advance(INTERVAL_MS);
     await waitFor(() => lines.some((l) => l.msg === "worker unhealthy"), "the health checks run");
     await gateway.close();
     const logged = lines.length;
     worker.setHealthy(true);
-    await quietPeriod();
+    quietPeriod(clock);
     assert.deepEqual(
       lines.slice(logged).map((l) => l.msg),
       [],
       "no probe after close",
     );
-    const again = await startGateway(options(worker.url, gateway.port, logger));
+    const again = await startGateway(options(worker.url, gateway.port, logger, clock));
     await again.close();
   });
 });

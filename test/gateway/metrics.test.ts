@@ -5,7 +5,7 @@
 import assert from "node:assert/strict";
 import { describe, test } from "node:test";
 import { CONTRACT_METRICS } from "../contract-metrics.js";
-import { assertOk, labelNames, metric, smallSchedulerYaml, startFleet, waitFor } from "./helpers.js";
+import { assertOk, labelNames, metric, smallSchedulerYaml, startFleet, waitFor } from "../harness.js";
 
 const CLASSES = ["bulk", "default", "interactive", "system"];
 const OUTCOMES = [

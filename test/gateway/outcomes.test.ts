@@ -6,8 +6,8 @@ import assert from "node:assert/strict";
 import { describe, test } from "node:test";
 import { stringify as stringifyYaml } from "yaml";
 import { sha256Hex } from "../../src/gateway/tenants.js";
+import { chatBody, smallSchedulerYaml, startFleet, waitFor } from "../harness.js";
 import { rawExchange } from "../security/raw.js";
-import { chatBody, smallSchedulerYaml, startFleet, waitFor } from "./helpers.js";
 
 describe("outcome records", () => {
   test("an admitted request: fast, ok, its classes, usage, TTFT, worker", async (t) => {

@@ -7,7 +7,7 @@ import { Readable } from "node:stream";
 import { describe, test } from "node:test";
 import { request } from "undici";
 import {
-  assertGatewayError,
+  assertError,
   assertOk,
   chatBody,
   closedPort,
@@ -18,7 +18,7 @@ import {
   sseData,
   startFleet,
   waitFor,
-} from "./helpers.js";
+} from "../harness.js";
 
 const ODD_BODY =
   '{ "model" :"mock-llm",\n\t"messages" : [ {"role":"user",   "content":"hi  \\u00e9 there"} ] ,"max_tokens":5 ,' +
@@ -103,7 +103,7 @@ describe("gateway: upstream failures", () => {
   test("x-mock-fail: reset -> 502 upstream_reset, slot freed", async (t) => {
     const fleet = await startFleet(t, { schedulerYaml: smallSchedulerYaml() });
     const reply = await fleet.chat({}, { "x-mock-fail": "reset" });
-    assertGatewayError(reply, 502, "upstream_reset");
+    assertError(reply, 502, "upstream_reset");
     assert.equal(JSON.parse(reply.text).error.type, "upstream_error");
     assert.equal(fleet.snapshot().inflight, 0);
     const s = await fleet.scrape();
@@ -133,7 +133,7 @@ describe("gateway: upstream failures", () => {
     const pool = fleet.gateway.workers.workers[0]!.pool;
     await waitFor(() => pool.stats.connected === 0, "pooled connections to the closed worker dropped");
     const reply = await fleet.chat();
-    assertGatewayError(reply, 502, "upstream_unavailable");
+    assertError(reply, 502, "upstream_unavailable");
     assert.equal(fleet.snapshot().inflight, 0);
     const s = await fleet.scrape();
     assert.equal(metric(s, "sluice_upstream_errors_total", { kind: "connect" }), 1);
@@ -147,7 +147,7 @@ describe("gateway: upstream failures", () => {
     });
     assert.equal(fleet.gateway.workers.healthyCount, 0);
     const reply = await fleet.chat();
-    assertGatewayError(reply, 503, "no_healthy_workers");
+    assertError(reply, 503, "no_healthy_workers");
     assert.equal(reply.headers["retry-after"], "1");
     assert.equal(fleet.snapshot().inflight, 0);
     const ready = await fleet.send("/readiness");
@@ -163,7 +163,7 @@ describe("gateway: upstream failures", () => {
     const started = performance.now();
     const reply = await fleet.chat({}, { "x-mock-fail": "hang" });
     const elapsed = performance.now() - started;
-    assertGatewayError(reply, 504, "upstream_timeout");
+    assertError(reply, 504, "upstream_timeout");
     assert.ok(elapsed >= 150 && elapsed < 5000, `answered after the timeout (${Math.round(elapsed)} ms)`);
     assert.equal(fleet.snapshot().inflight, 0);
     const worker = fleet.workers[0]!;
@@ -185,7 +185,7 @@ describe("gateway: upstream failures", () => {
       headers: { "content-type": "application/json" },
       body: big,
     });
-    assertGatewayError(declared, 413, "payload_too_large");
+    assertError(declared, 413, "payload_too_large");
 
     const chunked = await request(`${fleet.url}/v1/chat/completions`, {
       method: "POST",
@@ -193,11 +193,7 @@ describe("gateway: upstream failures", () => {
       body: Readable.from([Buffer.from(big.slice(0, 600)), Buffer.from(big.slice(600))]),
     });
     const text = await chunked.body.text();
-    assertGatewayError(
-      { status: chunked.statusCode, headers: chunked.headers, text },
-      413,
-      "payload_too_large",
-    );
+    assertError({ status: chunked.statusCode, headers: chunked.headers, text }, 413, "payload_too_large");
 
     // Exactly at the limit is accepted.
     const atLimit = JSON.stringify(chatBody({ messages: [{ role: "user", content: "" }] }));

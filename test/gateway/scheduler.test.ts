@@ -1,13 +1,15 @@
 /**
  * The priority scheduler end to end through the gateway: 429 queue full, 408 queue timeout,
  * 503 preemption before the first byte (never after), 499 client gone (queued and mid-stream),
- * starvation promotion, and x-smg-priority parsing.
+ * starvation promotion, and x-smg-priority parsing. Queue timeouts and starvation run on a ManualClock
+ * the test advances; only the workers' answers take real time.
  */
 import assert from "node:assert/strict";
 import { describe, test } from "node:test";
 import { request } from "undici";
+import { ManualClock } from "../../src/core/clock.js";
 import {
-  assertGatewayError,
+  assertError,
   assertOk,
   chatBody,
   type Fleet,
@@ -15,7 +17,7 @@ import {
   smallSchedulerYaml,
   startFleet,
   waitFor,
-} from "./helpers.js";
+} from "../harness.js";
 
 /** One worker with a single running slot: gateway capacity 1. */
 const ONE_SLOT = [{ maxRunningRequests: 1 }];
@@ -39,7 +41,7 @@ describe("gateway scheduler: rejections", () => {
     await waitFor(() => fleet.snapshot().classes.default.queued === 1, "the second request queued");
 
     const third = await fleet.chat();
-    assertGatewayError(third, 429, "scheduler_queue_full");
+    assertError(third, 429, "scheduler_queue_full");
     assert.equal(JSON.parse(third.text).error.type, "rate_limit_error");
     assert.equal(third.headers["x-smg-preempted"], undefined);
 
@@ -57,17 +59,21 @@ describe("gateway scheduler: rejections", () => {
   });
 
   test("408 scheduler_queue_timeout after the class's queue_timeout_secs", async (t) => {
+    const clock = new ManualClock();
     const fleet = await startFleet(t, {
       workers: ONE_SLOT,
       schedulerYaml: smallSchedulerYaml({ classes: { default: { queue_timeout_secs: 0.3 } } }),
+      gateway: { clock },
     });
     const held = await holdSlot(fleet);
-    const started = performance.now();
-    const reply = await fleet.chat();
-    const waited = performance.now() - started;
-    assertGatewayError(reply, 408, "scheduler_queue_timeout");
+    const pending = fleet.chat();
+    await waitFor(() => fleet.snapshot().queued === 1, "the second request queued");
+    clock.advance(299);
+    assert.equal(fleet.snapshot().queued, 1, "still queued 1 ms before its timeout");
+    clock.advance(1);
+    const reply = await pending;
+    assertError(reply, 408, "scheduler_queue_timeout");
     assert.equal(JSON.parse(reply.text).error.type, "timeout_error");
-    assert.ok(waited >= 250 && waited < 5000, `timed out after about 0.3 s (${Math.round(waited)} ms)`);
     assert.equal(fleet.snapshot().queued, 0);
     assert.equal(fleet.snapshot().inflight, 1, "the holder keeps its slot");
     const s = await fleet.scrape();
@@ -95,7 +101,8 @@ describe("gateway scheduler: preemption", () => {
       assert.ok(performance.now() - started < 2000, "the interactive request did not wait for the bulk one");
 
       const victim = await bulk.result;
-      assertGatewayError(victim, 503, "scheduler_preempted");
+      assertError(victim, 503, "scheduler_preempted");
+      assert.ok(!(victim instanceof Error));
       assert.equal(victim.headers["x-smg-preempted"], "true");
       assert.equal(victim.headers["retry-after"], "1");
       assert.equal(JSON.parse(victim.text).error.type, "service_unavailable");
@@ -237,6 +244,7 @@ describe("gateway scheduler: client gone (499)", () => {
 
 describe("gateway scheduler: starvation and header parsing", () => {
   test("a starving bulk request is admitted via promotion while interactive traffic keeps the slot busy", async (t) => {
+    const clock = new ManualClock();
     const fleet = await startFleet(t, {
       workers: ONE_SLOT,
       schedulerYaml: smallSchedulerYaml({
@@ -245,6 +253,7 @@ describe("gateway scheduler: starvation and header parsing", () => {
           interactive: { can_preempt: false },
         },
       }),
+      gateway: { clock },
     });
     let stop = false;
     const deadline = performance.now() + 5000; // never spin forever, even if promotion is broken
@@ -268,7 +277,14 @@ describe("gateway scheduler: starvation and header parsing", () => {
       "a second interactive request waits",
     );
 
-    const bulk = await fleet.chat({ max_tokens: 1 }, { "x-smg-priority": "bulk", "x-mock-ttft-ms": "0" });
+    const pending = fleet.chat({ max_tokens: 1 }, { "x-smg-priority": "bulk", "x-mock-ttft-ms": "0" });
+    await waitFor(() => fleet.snapshot().classes.bulk.queued === 1, "bulk queued behind interactive");
+    const admitted = () => fleet.gateway.admission.counters()!.admissions.interactive.admitted;
+    const servedWhileQueued = admitted() + 3;
+    await waitFor(() => admitted() >= servedWhileQueued, "interactive traffic passes the queued bulk");
+    assert.equal(fleet.snapshot().classes.bulk.queued, 1, "bulk is not served before it starves");
+    clock.advance(300);
+    const bulk = await pending;
     const servedBeforeStop = fleet.gateway.admission.counters()!.admissions.interactive.admitted;
     stop = true;
     await Promise.all([loopA, loopB]);

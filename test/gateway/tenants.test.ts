@@ -6,14 +6,14 @@ import assert from "node:assert/strict";
 import { createHash } from "node:crypto";
 import { describe, test } from "node:test";
 import {
-  assertGatewayError,
+  assertError,
   assertOk,
   type Fleet,
   metric,
   smallSchedulerYaml,
   startFleet,
   waitFor,
-} from "./helpers.js";
+} from "../harness.js";
 
 const ACME_KEY = "sk-test-acme-0123456789";
 const sha256 = (text: string) => createHash("sha256").update(text).digest("hex");
@@ -72,7 +72,7 @@ describe("gateway tenants: clamp", () => {
     const bulk = await holdBulkSlot(fleet);
     const reply = await fleet.chat({}, { "x-smg-priority": "system" });
     assertOk(reply);
-    assertGatewayError(await bulk.result, 503, "scheduler_preempted");
+    assertError(await bulk.result, 503, "scheduler_preempted");
   });
 
   test("a client cannot choose its tenant by header: x-tenant-id without trusted_tenant_header stays anonymous", async (t) => {
@@ -137,12 +137,12 @@ describe("gateway tenants: --require-auth", () => {
       gateway: { apiKeys: API_KEYS, requireAuth: true },
     });
     const missing = await fleet.chat();
-    assertGatewayError(missing, 401, "missing_api_key");
+    assertError(missing, 401, "missing_api_key");
     assert.equal(JSON.parse(missing.text).error.type, "authentication_error");
 
-    assertGatewayError(await fleet.chat({}, { authorization: "Bearer wrong" }), 401, "invalid_api_key");
-    assertGatewayError(await fleet.chat({}, { authorization: `Basic ${ACME_KEY}` }), 401, "invalid_api_key");
-    assertGatewayError(await fleet.chat({}, { "x-tenant-id": "acme" }), 401, "missing_api_key");
+    assertError(await fleet.chat({}, { authorization: "Bearer wrong" }), 401, "invalid_api_key");
+    assertError(await fleet.chat({}, { authorization: `Basic ${ACME_KEY}` }), 401, "invalid_api_key");
+    assertError(await fleet.chat({}, { "x-tenant-id": "acme" }), 401, "missing_api_key");
 
     assertOk(await fleet.chat({}, ACME_AUTH));
     assertOk(await fleet.chat({}, { authorization: `bearer   ${ACME_KEY}  ` }));
@@ -157,8 +157,8 @@ describe("gateway tenants: --require-auth", () => {
       schedulerYaml: smallSchedulerYaml(),
       gateway: { requireAuth: true },
     });
-    assertGatewayError(await fleet.chat(), 401, "missing_api_key");
-    assertGatewayError(await fleet.chat({}, ACME_AUTH), 401, "invalid_api_key");
+    assertError(await fleet.chat(), 401, "missing_api_key");
+    assertError(await fleet.chat({}, ACME_AUTH), 401, "invalid_api_key");
   });
 
   test("behind an auth proxy: require-auth accepts the trusted tenant header", async (t) => {
@@ -168,7 +168,7 @@ describe("gateway tenants: --require-auth", () => {
     });
     assertOk(await fleet.chat({}, { "x-tenant-id": "acme" }));
     assertOk(await fleet.chat({}, { "x-tenant-id": "acme", authorization: "Bearer upstream-token" }));
-    assertGatewayError(await fleet.chat(), 401, "missing_api_key");
-    assertGatewayError(await fleet.chat({}, { "x-tenant-id": "   " }), 401, "missing_api_key");
+    assertError(await fleet.chat(), 401, "missing_api_key");
+    assertError(await fleet.chat({}, { "x-tenant-id": "   " }), 401, "missing_api_key");
   });
 });

@@ -1,10 +1,20 @@
 /**
  * Workers and capacity: health checks take a worker out and put it back with capacity following
- * live; a worker that reports no capacity counts 64; a configured per-worker capacity wins.
+ * live; a worker that reports no capacity counts 64; a configured per-worker capacity wins. Probe
+ * rounds run on the gateway's clock: a ManualClock advanced by the test starts each one.
  */
 import assert from "node:assert/strict";
 import { describe, test } from "node:test";
-import { assertOk, LEVEL_WARN, metric, smallSchedulerYaml, startFleet, waitFor } from "./helpers.js";
+import { ManualClock } from "../../src/core/clock.js";
+import {
+  assertOk,
+  HEALTH_INTERVAL_MS,
+  LEVEL_WARN,
+  metric,
+  smallSchedulerYaml,
+  startFleet,
+  waitFor,
+} from "../harness.js";
 
 const RESERVING_YAML = smallSchedulerYaml({
   classes: { system: { reserved_floor: 1 }, interactive: { reserved_floor: 1 } },
@@ -12,9 +22,11 @@ const RESERVING_YAML = smallSchedulerYaml({
 
 describe("gateway workers: health and capacity", () => {
   test("a worker going unhealthy drops capacity live; it comes back when healthy", async (t) => {
+    const clock = new ManualClock();
     const fleet = await startFleet(t, {
       workers: [{ maxRunningRequests: 4 }, { maxRunningRequests: 6 }],
       schedulerYaml: RESERVING_YAML,
+      gateway: { clock },
     });
     const [w1, w2] = fleet.workers as [(typeof fleet.workers)[0], (typeof fleet.workers)[0]];
     assert.equal(fleet.snapshot().capacity, 10);
@@ -24,6 +36,7 @@ describe("gateway workers: health and capacity", () => {
     assert.equal(metric(s, "sluice_workers_healthy"), 2);
 
     w2.setHealthy(false);
+    clock.advance(HEALTH_INTERVAL_MS);
     await waitFor(() => fleet.snapshot().capacity === 4, "capacity without the second worker");
     s = await fleet.scrape();
     assert.equal(metric(s, "sluice_capacity"), 4);
@@ -40,6 +53,7 @@ describe("gateway workers: health and capacity", () => {
     assert.equal(w1.stats().totalRequests, 4);
 
     w2.setHealthy(true);
+    clock.advance(HEALTH_INTERVAL_MS);
     await waitFor(() => fleet.snapshot().capacity === 10, "capacity back with the second worker");
     s = await fleet.scrape();
     assert.equal(metric(s, "sluice_capacity"), 10);
@@ -69,19 +83,46 @@ describe("gateway workers: health and capacity", () => {
   });
 
   test("with no healthy worker the capacity falls back to --max-concurrent-requests; readiness 503", async (t) => {
+    const clock = new ManualClock();
     const fleet = await startFleet(t, {
       workers: [{ maxRunningRequests: 4 }],
       schedulerYaml: RESERVING_YAML,
       legacy: { maxConcurrentRequests: 50 },
+      gateway: { clock },
     });
     assert.equal(fleet.snapshot().capacity, 4);
     fleet.workers[0]!.setHealthy(false);
+    clock.advance(HEALTH_INTERVAL_MS);
     await waitFor(() => fleet.snapshot().capacity === 50, "fallback capacity");
     const ready = await fleet.send("/readiness");
     assert.equal(ready.status, 503);
     assert.equal(JSON.parse(ready.text).healthy_workers, 0);
     fleet.workers[0]!.setHealthy(true);
+    clock.advance(HEALTH_INTERVAL_MS);
     await waitFor(() => fleet.snapshot().capacity === 4, "capacity back");
     assert.equal((await fleet.send("/readiness")).status, 200);
+  });
+
+  test("probe rounds run on the gateway's clock: one ManualClock step marks a dead worker unhealthy", async (t) => {
+    const clock = new ManualClock();
+    const fleet = await startFleet(t, {
+      workers: [{ maxRunningRequests: 4 }, { maxRunningRequests: 6 }],
+      schedulerYaml: RESERVING_YAML,
+      gateway: { clock },
+    });
+    const dead = fleet.gateway.workers.workers[1]!;
+    assert.equal(clock.pendingTimers(), 1, "the next probe round is armed on the test clock");
+    await fleet.workers[1]!.close();
+
+    clock.advance(HEALTH_INTERVAL_MS - 1);
+    assert.equal(clock.pendingTimers(), 1, "no round before the interval");
+    clock.advance(1);
+    // The round is under way (its probes are I/O): the next is armed only when it ends.
+    clock.advance(10 * HEALTH_INTERVAL_MS);
+    assert.equal(clock.pendingTimers(), 0, "rounds never overlap");
+    await waitFor(() => !dead.healthy, "the round marked the dead worker unhealthy");
+    assert.equal(fleet.snapshot().capacity, 4);
+    assert.ok(fleet.logs.some((l) => l.msg === "worker unhealthy" && l.worker === dead.url));
+    await waitFor(() => clock.pendingTimers() === 1, "the next round armed after this one ended");
   });
 });

@@ -20,7 +20,7 @@ import {
   type SluiceMetrics,
 } from "../../src/metrics/index.js";
 import { CONTRACT_METRICS } from "../contract-metrics.js";
-import { labelNames, type Scrape, sampleValue, scrape } from "./scrape.js";
+import { labelNames, metric, type Scrape, scrape } from "../harness.js";
 
 /** Small, reservation-free classes so a capacity of 2 is valid; bulk's queue holds one waiter. */
 const CLASSES = {
@@ -31,11 +31,11 @@ const CLASSES = {
 };
 
 function admitted(s: Scrape, cls: string, outcome: string): number | undefined {
-  return sampleValue(s, SCHEDULER_METRIC_NAMES.admit, { class: cls, outcome });
+  return metric(s, SCHEDULER_METRIC_NAMES.admit, { class: cls, outcome });
 }
 
 function gauge(s: Scrape, name: string, cls: string): number | undefined {
-  return sampleValue(s, name, { class: cls });
+  return metric(s, name, { class: cls });
 }
 
 /** Asserts the promise rejects with `type` (and keeps the rejection handled). */
@@ -126,9 +126,9 @@ describe("createMetrics: the reference's metrics", () => {
     for (const cls of PRIORITY_CLASSES) {
       for (const outcome of ADMISSION_OUTCOMES)
         assert.equal(admitted(s, cls, outcome), 0, `${cls}/${outcome}`);
-      assert.equal(sampleValue(s, SCHEDULER_METRIC_NAMES.starvationPromotion, { class: cls }), 0);
-      assert.equal(sampleValue(s, `${SCHEDULER_METRIC_NAMES.queueWait}_count`, { class: cls }), 0);
-      assert.equal(sampleValue(s, `${SCHEDULER_METRIC_NAMES.queueWait}_sum`, { class: cls }), 0);
+      assert.equal(metric(s, SCHEDULER_METRIC_NAMES.starvationPromotion, { class: cls }), 0);
+      assert.equal(metric(s, `${SCHEDULER_METRIC_NAMES.queueWait}_count`, { class: cls }), 0);
+      assert.equal(metric(s, `${SCHEDULER_METRIC_NAMES.queueWait}_sum`, { class: cls }), 0);
       for (const name of [
         SCHEDULER_METRIC_NAMES.inflight,
         SCHEDULER_METRIC_NAMES.queueDepth,
@@ -138,11 +138,11 @@ describe("createMetrics: the reference's metrics", () => {
         assert.equal(gauge(s, name, cls), 0, `${name}{class=${cls}} unbound`);
       }
     }
-    assert.equal(sampleValue(s, SCHEDULER_METRIC_NAMES.utilization), 0);
+    assert.equal(metric(s, SCHEDULER_METRIC_NAMES.utilization), 0);
     // Only strictly lower victims can be preempted: the 6 possible pairs are pre-initialised.
     assert.equal(s.samples.get(SCHEDULER_METRIC_NAMES.preemption)?.length, 6);
     assert.equal(
-      sampleValue(s, SCHEDULER_METRIC_NAMES.preemption, { victim_class: "bulk", by_class: "system" }),
+      metric(s, SCHEDULER_METRIC_NAMES.preemption, { victim_class: "bulk", by_class: "system" }),
       0,
     );
     // No process metrics when disabled.
@@ -191,7 +191,7 @@ describe("createMetrics: the reference's metrics", () => {
     }
 
     assert.equal(
-      sampleValue(s, SCHEDULER_METRIC_NAMES.preemption, { victim_class: "bulk", by_class: "interactive" }),
+      metric(s, SCHEDULER_METRIC_NAMES.preemption, { victim_class: "bulk", by_class: "interactive" }),
       1,
     );
     const preemptions = s.samples.get(SCHEDULER_METRIC_NAMES.preemption)!;
@@ -208,7 +208,7 @@ describe("createMetrics: the reference's metrics", () => {
     ]);
     for (const cls of PRIORITY_CLASSES) {
       assert.equal(
-        sampleValue(s, SCHEDULER_METRIC_NAMES.starvationPromotion, { class: cls }),
+        metric(s, SCHEDULER_METRIC_NAMES.starvationPromotion, { class: cls }),
         cls === "bulk" ? 1 : 0,
       );
     }
@@ -216,9 +216,9 @@ describe("createMetrics: the reference's metrics", () => {
     // Queue waits: bulk A, B at once, Q1 after 121 s; interactive P at once; default C cancelled at
     // once, U and CL timed out at 60 s.
     const wait = SCHEDULER_METRIC_NAMES.queueWait;
-    const count = (cls: string) => sampleValue(s, `${wait}_count`, { class: cls });
-    const sum = (cls: string) => sampleValue(s, `${wait}_sum`, { class: cls });
-    const bucket = (cls: string, le: string) => sampleValue(s, `${wait}_bucket`, { class: cls, le });
+    const count = (cls: string) => metric(s, `${wait}_count`, { class: cls });
+    const sum = (cls: string) => metric(s, `${wait}_sum`, { class: cls });
+    const bucket = (cls: string, le: string) => metric(s, `${wait}_bucket`, { class: cls, le });
     assert.deepEqual([count("bulk"), sum("bulk")], [3, 121]);
     assert.deepEqual([count("interactive"), sum("interactive")], [1, 0]);
     assert.deepEqual([count("default"), sum("default")], [3, 120]);
@@ -251,7 +251,7 @@ describe("createMetrics: the reference's metrics", () => {
         const pressure = gauge(s, SCHEDULER_METRIC_NAMES.classCapacityPressure, cls)!;
         assert.ok(Math.abs(pressure - c.capacityPressure) < 1e-12, `pressure ${cls}`);
       }
-      assert.equal(sampleValue(s, SCHEDULER_METRIC_NAMES.utilization), snap.utilization);
+      assert.equal(metric(s, SCHEDULER_METRIC_NAMES.utilization), snap.utilization);
     };
 
     const before = await scrape(metrics);
@@ -262,7 +262,7 @@ describe("createMetrics: the reference's metrics", () => {
     assert.equal(gauge(before, SCHEDULER_METRIC_NAMES.queueSizeLimit, "bulk"), 1);
     assert.equal(gauge(before, SCHEDULER_METRIC_NAMES.queueSizeLimit, "default"), 512);
     assert.equal(gauge(before, SCHEDULER_METRIC_NAMES.classCapacityPressure, "default"), 1);
-    assert.equal(sampleValue(before, SCHEDULER_METRIC_NAMES.utilization), 1);
+    assert.equal(metric(before, SCHEDULER_METRIC_NAMES.utilization), 1);
 
     // Change the state: P finishes, D is admitted in its place; capacity doubles.
     interactive.release();
@@ -273,15 +273,15 @@ describe("createMetrics: the reference's metrics", () => {
     assert.equal(gauge(after, SCHEDULER_METRIC_NAMES.inflight, "interactive"), 0);
     assert.equal(gauge(after, SCHEDULER_METRIC_NAMES.inflight, "default"), 1);
     assert.equal(gauge(after, SCHEDULER_METRIC_NAMES.queueDepth, "default"), 0);
-    assert.equal(sampleValue(after, SCHEDULER_METRIC_NAMES.utilization), 0.5);
+    assert.equal(metric(after, SCHEDULER_METRIC_NAMES.utilization), 0.5);
     assert.equal(admitted(after, "default", "admitted"), 1);
-    assert.equal(sampleValue(after, `${SCHEDULER_METRIC_NAMES.queueWait}_sum`, { class: "default" }), 141);
+    assert.equal(metric(after, `${SCHEDULER_METRIC_NAMES.queueWait}_sum`, { class: "default" }), 141);
 
     d.release();
     // Unbinding (e.g. the gateway fell back to legacy admission) reports 0.
     metrics.bindScheduler(() => undefined);
     const unbound = await scrape(metrics);
-    assert.equal(sampleValue(unbound, SCHEDULER_METRIC_NAMES.utilization), 0);
+    assert.equal(metric(unbound, SCHEDULER_METRIC_NAMES.utilization), 0);
     assert.equal(gauge(unbound, SCHEDULER_METRIC_NAMES.inflight, "bulk"), 0);
     assert.equal(gauge(unbound, SCHEDULER_METRIC_NAMES.queueSizeLimit, "bulk"), 0);
   });
@@ -303,12 +303,12 @@ describe("createMetrics: gateway metrics", () => {
   test("http requests, upstream errors and the bound gauges", async () => {
     const metrics = createMetrics({ collectProcessMetrics: false });
     const unbound = await scrape(metrics);
-    assert.equal(sampleValue(unbound, GATEWAY_METRIC_NAMES.capacity), 0);
-    assert.equal(sampleValue(unbound, GATEWAY_METRIC_NAMES.workersHealthy), 0);
-    assert.equal(sampleValue(unbound, GATEWAY_METRIC_NAMES.admissionMode, { mode: "scheduler" }), 0);
-    assert.equal(sampleValue(unbound, GATEWAY_METRIC_NAMES.admissionMode, { mode: "legacy" }), 0);
+    assert.equal(metric(unbound, GATEWAY_METRIC_NAMES.capacity), 0);
+    assert.equal(metric(unbound, GATEWAY_METRIC_NAMES.workersHealthy), 0);
+    assert.equal(metric(unbound, GATEWAY_METRIC_NAMES.admissionMode, { mode: "scheduler" }), 0);
+    assert.equal(metric(unbound, GATEWAY_METRIC_NAMES.admissionMode, { mode: "legacy" }), 0);
     for (const kind of ["connect", "reset", "timeout", "status_5xx"]) {
-      assert.equal(sampleValue(unbound, GATEWAY_METRIC_NAMES.upstreamErrors, { kind }), 0);
+      assert.equal(metric(unbound, GATEWAY_METRIC_NAMES.upstreamErrors, { kind }), 0);
     }
 
     metrics.httpRequests.inc({ status: "200" });
@@ -333,21 +333,21 @@ describe("createMetrics: gateway metrics", () => {
       assert.equal(s.families.get(name)?.type, type, name);
       assert.deepEqual(labelNames(s, name), [...labels], name);
     }
-    assert.equal(sampleValue(s, GATEWAY_METRIC_NAMES.httpRequests, { status: "200" }), 2);
-    assert.equal(sampleValue(s, GATEWAY_METRIC_NAMES.httpRequests, { status: "429" }), 1);
-    assert.equal(sampleValue(s, GATEWAY_METRIC_NAMES.upstreamErrors, { kind: "timeout" }), 1);
-    assert.equal(sampleValue(s, GATEWAY_METRIC_NAMES.capacity), 64);
-    assert.equal(sampleValue(s, GATEWAY_METRIC_NAMES.workersHealthy), 2);
-    assert.equal(sampleValue(s, GATEWAY_METRIC_NAMES.admissionMode, { mode: "legacy" }), 1);
-    assert.equal(sampleValue(s, GATEWAY_METRIC_NAMES.admissionMode, { mode: "scheduler" }), 0);
+    assert.equal(metric(s, GATEWAY_METRIC_NAMES.httpRequests, { status: "200" }), 2);
+    assert.equal(metric(s, GATEWAY_METRIC_NAMES.httpRequests, { status: "429" }), 1);
+    assert.equal(metric(s, GATEWAY_METRIC_NAMES.upstreamErrors, { kind: "timeout" }), 1);
+    assert.equal(metric(s, GATEWAY_METRIC_NAMES.capacity), 64);
+    assert.equal(metric(s, GATEWAY_METRIC_NAMES.workersHealthy), 2);
+    assert.equal(metric(s, GATEWAY_METRIC_NAMES.admissionMode, { mode: "legacy" }), 1);
+    assert.equal(metric(s, GATEWAY_METRIC_NAMES.admissionMode, { mode: "scheduler" }), 0);
 
     capacity = 128;
     mode = "scheduler";
     healthy = 3;
     const later = await scrape(metrics);
-    assert.equal(sampleValue(later, GATEWAY_METRIC_NAMES.capacity), 128);
-    assert.equal(sampleValue(later, GATEWAY_METRIC_NAMES.workersHealthy), 3);
-    assert.equal(sampleValue(later, GATEWAY_METRIC_NAMES.admissionMode, { mode: "scheduler" }), 1);
-    assert.equal(sampleValue(later, GATEWAY_METRIC_NAMES.admissionMode, { mode: "legacy" }), 0);
+    assert.equal(metric(later, GATEWAY_METRIC_NAMES.capacity), 128);
+    assert.equal(metric(later, GATEWAY_METRIC_NAMES.workersHealthy), 3);
+    assert.equal(metric(later, GATEWAY_METRIC_NAMES.admissionMode, { mode: "scheduler" }), 1);
+    assert.equal(metric(later, GATEWAY_METRIC_NAMES.admissionMode, { mode: "legacy" }), 0);
   });
 });

@@ -7,7 +7,7 @@ import {
   SCHEDULER_METRIC_NAMES,
   TenantLabeler,
 } from "../../src/metrics/index.js";
-import { labelValues, sampleValue, scrape } from "./scrape.js";
+import { labelValues, metric, scrape } from "../harness.js";
 
 const UNKNOWN = SCHEDULER_METRIC_NAMES.unknownPriority;
 const CLAMP = SCHEDULER_METRIC_NAMES.clamp;
@@ -56,13 +56,13 @@ describe("tenant label cap (top N)", () => {
     }
     const s = await scrape(metrics);
     assert.deepEqual(labelValues(s, UNKNOWN, "tenant"), ["other", "t1", "t2"]);
-    assert.equal(sampleValue(s, UNKNOWN, { tenant: "t1" }), 1);
-    assert.equal(sampleValue(s, UNKNOWN, { tenant: "t2" }), 1);
-    assert.equal(sampleValue(s, UNKNOWN, { tenant: "other" }), 3);
+    assert.equal(metric(s, UNKNOWN, { tenant: "t1" }), 1);
+    assert.equal(metric(s, UNKNOWN, { tenant: "t2" }), 1);
+    assert.equal(metric(s, UNKNOWN, { tenant: "other" }), 3);
     assert.deepEqual(labelValues(s, CLAMP, "tenant"), ["other", "t1", "t2"]);
     const clampLabels = { requested_class: "system", effective_class: "default" };
-    assert.equal(sampleValue(s, CLAMP, { tenant: "other", ...clampLabels }), 3);
-    assert.equal(sampleValue(s, CLAMP, { tenant: "t1", ...clampLabels }), 1);
+    assert.equal(metric(s, CLAMP, { tenant: "other", ...clampLabels }), 3);
+    assert.equal(metric(s, CLAMP, { tenant: "t1", ...clampLabels }), 1);
     assert.deepEqual(metrics.tenants.labelledTenants(), ["t1", "t2"]);
     assert.equal(metrics.tenantLabel("t1"), "t1");
     assert.equal(metrics.tenantLabel("t4"), OTHER_TENANT);
@@ -81,7 +81,7 @@ describe("tenant label cap (top N)", () => {
     (await scheduler.acquire({ tenant: "t1", priority: "urgent" })).release();
     let s = await scrape(metrics);
     assert.deepEqual(labelValues(s, UNKNOWN, "tenant"), ["other", "t3", "t4"]);
-    assert.equal(sampleValue(s, UNKNOWN, { tenant: "other" }), 1);
+    assert.equal(metric(s, UNKNOWN, { tenant: "other" }), 1);
 
     // t1 becomes the busiest tenant: it takes the weakest label (t4's, whose series is removed).
     await traffic(scheduler, "t1", 10);
@@ -90,9 +90,9 @@ describe("tenant label cap (top N)", () => {
       (await scheduler.acquire({ tenant, priority: "urgent" })).release();
     s = await scrape(metrics);
     assert.deepEqual(labelValues(s, UNKNOWN, "tenant"), ["other", "t1", "t3"]);
-    assert.equal(sampleValue(s, UNKNOWN, { tenant: "t1" }), 1, "only the counts after promotion");
-    assert.equal(sampleValue(s, UNKNOWN, { tenant: "t3" }), 2);
-    assert.equal(sampleValue(s, UNKNOWN, { tenant: "other" }), 2, "t1's earlier count and t4's new one");
+    assert.equal(metric(s, UNKNOWN, { tenant: "t1" }), 1, "only the counts after promotion");
+    assert.equal(metric(s, UNKNOWN, { tenant: "t3" }), 2);
+    assert.equal(metric(s, UNKNOWN, { tenant: "other" }), 2, "t1's earlier count and t4's new one");
     assert.deepEqual(metrics.tenants.labelledTenants(), ["t1", "t3"]);
   });
 
@@ -106,7 +106,7 @@ describe("tenant label cap (top N)", () => {
     }
     const s = await scrape(metrics);
     assert.deepEqual(labelValues(s, UNKNOWN, "tenant"), ["other"]);
-    assert.equal(sampleValue(s, UNKNOWN, { tenant: "other" }), 3);
+    assert.equal(metric(s, UNKNOWN, { tenant: "other" }), 3);
     assert.deepEqual(labelValues(s, CLAMP, "tenant"), ["other"]);
     assert.equal(metrics.tenants.size, 0);
     assert.equal(metrics.tenantLabel("t1"), OTHER_TENANT);

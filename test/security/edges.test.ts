@@ -11,7 +11,7 @@ import { stringify as stringifyYaml } from "yaml";
 import { MAX_RETRY_AFTER_SECS, retryAfter } from "../../src/gateway/http-errors.js";
 import { sha256Hex } from "../../src/gateway/tenants.js";
 import { startMockWorker } from "../../src/mock-worker/index.js";
-import { smallSchedulerYaml, startFleet, waitFor } from "../gateway/helpers.js";
+import { smallSchedulerYaml, startFleet, waitFor } from "../harness.js";
 import { CHAT, parseResponses, type RawResponse, rawChat, rawExchange } from "./raw.js";
 
 const KEY = "client-key-1";

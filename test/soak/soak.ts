@@ -35,7 +35,7 @@ import { type Gateway, startGateway } from "../../src/gateway/server.js";
 import { sha256Hex } from "../../src/gateway/tenants.js";
 import type { MockWorkerOptions, MockWorkerStats } from "../../src/mock-worker/index.js";
 import { admissionState, poolInflight, preemptions } from "../fuzz/gateway-state.js";
-import { metric, parseScrape, smallSchedulerYaml } from "../gateway/helpers.js";
+import { metric, parseScrape, smallSchedulerYaml } from "../harness.js";
 
 export interface SoakOptions {
   durationMs: number;

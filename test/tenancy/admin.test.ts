@@ -16,12 +16,12 @@ import {
   assertError,
   assertOk,
   type Doc,
+  type Fleet,
   keyOf,
-  type Stack,
   schedulerDoc,
-  startStack,
+  startFleet,
   waitFor,
-} from "./harness.js";
+} from "../harness.js";
 
 const TOKEN = "admin-token-0123456789";
 
@@ -29,9 +29,9 @@ const TOKEN = "admin-token-0123456789";
 const CLASSES = { interactive: { reserved_per_slot: 0.25 } };
 
 async function adminStack(t: TestContext, policies: Record<string, Doc> = {}) {
-  return startStack(t, {
+  return startFleet(t, {
     workers: [{ maxRunningRequests: 8 }],
-    scheduler: schedulerDoc({ classes: CLASSES, tenant_policies: policies }),
+    schedulerYaml: schedulerDoc({ classes: CLASSES, tenant_policies: policies }),
     tenants: ["acme", "beta"],
     adminToken: TOKEN,
   });
@@ -41,7 +41,7 @@ function json(text: string): Record<string, unknown> {
   return JSON.parse(text) as Record<string, unknown>;
 }
 
-function assertCapacity(stack: Stack, capacity: number, pinned: number | null): void {
+function assertCapacity(stack: Fleet, capacity: number, pinned: number | null): void {
   assert.equal(stack.gateway.capacity.capacity, capacity);
   assert.equal(stack.gateway.capacity.pinned ?? null, pinned);
   assert.equal(stack.snapshot().capacity, capacity);
@@ -117,7 +117,7 @@ describe("admin API", () => {
 
     // Four slow interactive requests at capacity 1: one runs, three queue.
     const slow = { "x-smg-priority": "interactive", "x-mock-ttft-ms": "400" };
-    const held = [0, 1, 2, 3].map(() => stack.hold("acme", { max_tokens: 2 }, slow));
+    const held = [0, 1, 2, 3].map(() => stack.holdAs("acme", { max_tokens: 2 }, slow));
     await waitFor(() => stack.snapshot().classes.interactive.queued === 3, "three queued behind one");
     let status = await stack.status();
     assert.equal(status.capacity, 1);
@@ -225,7 +225,7 @@ describe("admin API", () => {
       budget_remaining: { budget_cost_usd: 5 },
     });
     // An anonymous request in flight shows up while it runs, and leaves when done.
-    const held = stack.hold(undefined, {}, { "x-mock-ttft-ms": "300" });
+    const held = stack.holdAs(undefined, {}, { "x-mock-ttft-ms": "300" });
     await waitFor(() => stack.workers[0]!.stats().running === 1, "running");
     const during = await stack.status();
     assert.deepEqual(during.tenants.anonymous, { inflight: 1, queued: 0, budget_remaining: {} });
@@ -240,7 +240,7 @@ describe("admin API", () => {
     };
     const stack = await adminStack(t, policies);
     const beta = (extra: Record<string, string> = {}) =>
-      stack.hold("beta", {}, { "x-smg-priority": "interactive", "x-mock-ttft-ms": "200", ...extra });
+      stack.holdAs("beta", {}, { "x-smg-priority": "interactive", "x-mock-ttft-ms": "200", ...extra });
     const classOfBeta = async (): Promise<string> => {
       const h = beta();
       await waitFor(() => stack.snapshot().inflight === 1, "beta runs");
@@ -250,7 +250,7 @@ describe("admin API", () => {
       return cls;
     };
     assert.equal(await classOfBeta(), "bulk");
-    assertOk(await stack.chat("acme", { max_tokens: 7 })); // 10 tokens
+    assertOk(await stack.chatAs("acme", { max_tokens: 7 })); // 10 tokens
     assert.equal(stack.gateway.budgets.remaining("auth:acme").budget_tokens, 990);
 
     // A good file: acme's budget shrinks below what it used, beta may use interactive.
@@ -266,7 +266,7 @@ describe("admin API", () => {
     assert.equal(await classOfBeta(), "interactive");
     // Usage so far in the period is kept: 10 used of 10.
     assert.equal(stack.gateway.budgets.remaining("auth:acme").budget_tokens, 0);
-    assertError(await stack.chat("acme"), 403, "tenant_budget_exhausted");
+    assertError(await stack.chatAs("acme"), 403, "tenant_budget_exhausted");
 
     // Bad files: an unknown key, a bad value, broken YAML. Each is refused, naming what is wrong.
     const badFiles: Array<[string, RegExp]> = [
@@ -307,7 +307,7 @@ describe("admin API", () => {
       });
       // The running policy stays: acme is still out of budget, beta still reaches interactive.
       assert.equal(stack.gateway.budgets.remaining("auth:acme").budget_tokens, 0);
-      assertError(await stack.chat("acme"), 403, "tenant_budget_exhausted");
+      assertError(await stack.chatAs("acme"), 403, "tenant_budget_exhausted");
     }
     // A missing file is a bad file too (not a 500).
     await rm(stack.yamlPath!);
@@ -326,7 +326,7 @@ describe("admin API", () => {
     assert.deepEqual(await stack.gateway.reload(), { tenantPolicies: 2 });
     assert.equal(await classOfBeta(), "bulk");
     assert.equal(stack.gateway.budgets.remaining("auth:acme").budget_tokens, 990);
-    assertOk(await stack.chat("acme"));
+    assertOk(await stack.chatAs("acme"));
   });
 
   test("reload with the gateway file: api_keys and pricing apply together with the YAML, or nothing does", async (t) => {
@@ -337,28 +337,30 @@ describe("admin API", () => {
         pricing: { "mock-llm": { input_per_mtok: inputPerMtok, output_per_mtok: 0 } },
       });
     const path = { value: "" };
-    const stack = await startStack(t, {
+    const stack = await startFleet(t, {
       workers: [{ maxRunningRequests: 8 }],
-      scheduler: schedulerDoc({ tenant_policies: { "auth:acme": { budget_cost_usd: 1 } } }),
+      schedulerYaml: schedulerDoc({ tenant_policies: { "auth:acme": { budget_cost_usd: 1 } } }),
       tenants: ["acme"],
-      requireAuth: true,
-      pricing: { "mock-llm": { input_per_mtok: 1000, output_per_mtok: 0 } },
       adminToken: TOKEN,
-      gateway: { reloadGatewayConfig: () => reloadGatewayFile(path.value) },
+      gateway: {
+        requireAuth: true,
+        pricing: { "mock-llm": { input_per_mtok: 1000, output_per_mtok: 0 } },
+        reloadGatewayConfig: () => reloadGatewayFile(path.value),
+      },
     });
     path.value = join(stack.dir, "gateway.yaml");
     const remaining = () => stack.gateway.budgets.remaining("auth:acme").budget_cost_usd!;
 
-    assertOk(await stack.chat("acme", { max_tokens: 1 })); // 3 input tokens at 1000/M
+    assertOk(await stack.chatAs("acme", { max_tokens: 1 })); // 3 input tokens at 1000/M
     assert.ok(Math.abs(remaining() - (1 - 0.003)) < 1e-12);
-    assertError(await stack.chat("beta"), 401, "invalid_api_key");
+    assertError(await stack.chatAs("beta"), 401, "invalid_api_key");
 
     // A new key for beta and a 10x price: both apply.
     await writeFile(path.value, gatewayFile(["acme", "beta"], 10_000));
     const ok = await stack.admin("POST", "/api/v1/reload");
     assert.equal(ok.status, 200, ok.text);
-    assertOk(await stack.chat("beta"));
-    assertOk(await stack.chat("acme", { max_tokens: 1 }));
+    assertOk(await stack.chatAs("beta"));
+    assertOk(await stack.chatAs("acme", { max_tokens: 1 }));
     assert.ok(Math.abs(remaining() - (1 - 0.003 - 0.03)) < 1e-12);
 
     // A valid YAML change with a bad gateway file: refused, and the YAML change is not applied either.
@@ -369,7 +371,7 @@ describe("admin API", () => {
     );
     const msg = assertError(await stack.admin("POST", "/api/v1/reload"), 400, "invalid_config");
     assert.match(msg, /pricing\.mock-llm\.input_per_mtok/);
-    assertOk(await stack.chat("acme", { max_tokens: 1 })); // not suspended
-    assertOk(await stack.chat("beta")); // the key added by the last good reload still works
+    assertOk(await stack.chatAs("acme", { max_tokens: 1 })); // not suspended
+    assertOk(await stack.chatAs("beta")); // the key added by the last good reload still works
   });
 });

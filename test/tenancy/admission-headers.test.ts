@@ -5,32 +5,32 @@
  */
 import assert from "node:assert/strict";
 import { describe, test } from "node:test";
-import { assertError, assertOk, schedulerDoc, startStack, waitFor } from "./harness.js";
+import { assertError, assertOk, schedulerDoc, startFleet, waitFor } from "../harness.js";
 
 describe("admission headers", () => {
   test("fast with 0 ms; queued with the time it waited; on JSON and SSE answers alike", async (t) => {
-    const stack = await startStack(t, {
+    const stack = await startFleet(t, {
       workers: [{ maxRunningRequests: 1 }],
-      scheduler: schedulerDoc({ classes: { default: { queue_size: 1 } } }),
+      schedulerYaml: schedulerDoc({ classes: { default: { queue_size: 1 } } }),
     });
 
-    const fast = await stack.chat(undefined);
+    const fast = await stack.chatAs(undefined);
     assertOk(fast);
     assert.equal(fast.headers["x-sluice-admission"], "fast");
     assert.equal(fast.headers["x-sluice-queue-wait-ms"], "0");
-    const fastStream = await stack.chat(undefined, { stream: true });
+    const fastStream = await stack.chatAs(undefined, { stream: true });
     assertOk(fastStream);
     assert.equal(fastStream.headers["x-sluice-admission"], "fast");
     assert.equal(fastStream.headers["x-sluice-queue-wait-ms"], "0");
 
     // The only slot is busy for ~300 ms; the next request waits for it.
-    const holder = stack.hold(undefined, {}, { "x-mock-ttft-ms": "300" });
+    const holder = stack.holdAs(undefined, {}, { "x-mock-ttft-ms": "300" });
     await waitFor(() => stack.workers[0]!.stats().running === 1, "the slot is taken");
     const sentAt = performance.now();
-    const waiting = stack.chat(undefined, { stream: true });
+    const waiting = stack.chatAs(undefined, { stream: true });
     await waitFor(() => stack.snapshot().classes.default.queued === 1, "the second request queued");
     // A rejection is the gateway's own answer: no admission headers.
-    const full = await stack.chat(undefined);
+    const full = await stack.chatAs(undefined);
     assertError(full, 429, "scheduler_queue_full");
     assert.equal(full.headers["x-sluice-admission"], undefined);
     assert.equal(full.headers["x-sluice-queue-wait-ms"], undefined);

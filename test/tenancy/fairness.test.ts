@@ -10,7 +10,7 @@
  */
 import assert from "node:assert/strict";
 import { describe, test } from "node:test";
-import { quantile, type Reply, type Stack, schedulerDoc, startStack, waitFor } from "./harness.js";
+import { type Fleet, quantile, type Reply, schedulerDoc, startFleet, waitFor } from "../harness.js";
 
 interface Completion {
   tenant: string;
@@ -25,7 +25,7 @@ interface Completion {
  * previous one answered. Every answer is recorded.
  */
 function closedLoops(
-  stack: Stack,
+  stack: Fleet,
   tenant: string,
   loops: number,
   body: Record<string, unknown>,
@@ -35,7 +35,7 @@ function closedLoops(
 ): Promise<void> {
   const one = async () => {
     while (!stopped()) {
-      const reply: Reply = await stack.chat(tenant, body, headers);
+      const reply: Reply = await stack.chatAs(tenant, body, headers);
       let outputTokens = 0;
       if (reply.status === 200) {
         outputTokens = (JSON.parse(reply.text) as { usage: { completion_tokens: number } }).usage
@@ -58,9 +58,9 @@ describe("weighted fair sharing through the gateway", () => {
   test("weights 1:2:5 flooding one class get output tokens 1:2:5 within 5 %", async (t) => {
     const weights: Record<string, number> = { light: 1, medium: 2, heavy: 5 };
     const tenants = Object.keys(weights);
-    const stack = await startStack(t, {
+    const stack = await startFleet(t, {
       workers: [{ maxRunningRequests: 4, ttftMs: 2, tokenDelayMs: 1, batchSlowdown: 0 }],
-      scheduler: schedulerDoc({
+      schedulerYaml: schedulerDoc({
         classes: { bulk: { queue_size: 1000 } },
         tenant_policies: Object.fromEntries(tenants.map((n) => [`auth:${n}`, { weight: weights[n]! }])),
       }),
@@ -126,9 +126,9 @@ describe("weighted fair sharing through the gateway", () => {
   });
 
   test("a small tenant's interactive p99 queue wait stays far under the 2 s timeout while a large one floods", async (t) => {
-    const stack = await startStack(t, {
+    const stack = await startFleet(t, {
       workers: [{ maxRunningRequests: 4, ttftMs: 2, tokenDelayMs: 1, batchSlowdown: 0 }],
-      scheduler: schedulerDoc({
+      schedulerYaml: schedulerDoc({
         classes: { interactive: { queue_size: 5000, queue_timeout_secs: 2 } },
         tenant_policies: { "auth:small": { weight: 1 }, "auth:large": { weight: 5 } },
       }),

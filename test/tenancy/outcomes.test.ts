@@ -8,7 +8,7 @@
 import assert from "node:assert/strict";
 import { describe, test } from "node:test";
 import { ManualClock } from "../../src/core/clock.js";
-import { assertError, assertOk, authFor, type Stack, schedulerDoc, startStack, waitFor } from "./harness.js";
+import { assertError, assertOk, authFor, type Fleet, schedulerDoc, startFleet, waitFor } from "../harness.js";
 
 const SUNDAY_NOON = Date.UTC(2026, 0, 4, 12, 0);
 const MONDAY_8AM = Date.UTC(2026, 0, 5, 8, 0);
@@ -51,13 +51,12 @@ const POLICIES = {
 /** 3 prompt tokens + 97 = 100 estimated tokens, and the mock reports exactly that. */
 const HUNDRED = { max_tokens: 97 };
 
-async function outcomesStack(t: Parameters<typeof startStack>[0], clock: ManualClock): Promise<Stack> {
-  return startStack(t, {
+async function outcomesStack(t: Parameters<typeof startFleet>[0], clock: ManualClock): Promise<Fleet> {
+  return startFleet(t, {
     workers: [{ maxRunningRequests: 1 }],
-    scheduler: schedulerDoc({ classes: { bulk: { queue_size: 1 } }, tenant_policies: POLICIES }),
+    schedulerYaml: schedulerDoc({ classes: { bulk: { queue_size: 1 } }, tenant_policies: POLICIES }),
     tenants: TENANTS,
-    requireAuth: true,
-    clock,
+    gateway: { requireAuth: true, clock },
   });
 }
 
@@ -68,78 +67,78 @@ describe("tenancy outcomes over HTTP", () => {
     const worker = stack.workers[0]!;
 
     // 401: no key, an unknown key, a key in the wrong scheme.
-    assertError(await stack.chat(undefined), 401, "missing_api_key", "authentication_error");
+    assertError(await stack.chatAs(undefined), 401, "missing_api_key", "authentication_error");
     assertError(
-      await stack.chat(undefined, {}, { authorization: "Bearer sk-nobody" }),
+      await stack.chatAs(undefined, {}, { authorization: "Bearer sk-nobody" }),
       401,
       "invalid_api_key",
       "authentication_error",
     );
     assertError(
-      await stack.chat(undefined, {}, { authorization: "Basic c2stbm9ib2R5" }),
+      await stack.chatAs(undefined, {}, { authorization: "Basic c2stbm9ib2R5" }),
       401,
       "invalid_api_key",
       "authentication_error",
     );
 
     // 403 tenant_inactive: suspended, and outside the access window (a Sunday).
-    let msg = assertError(await stack.chat("suspended"), 403, "tenant_inactive", "permission_error");
+    let msg = assertError(await stack.chatAs("suspended"), 403, "tenant_inactive", "permission_error");
     assert.match(msg, /suspended/);
-    msg = assertError(await stack.chat("office"), 403, "tenant_inactive", "permission_error");
+    msg = assertError(await stack.chatAs("office"), 403, "tenant_inactive", "permission_error");
     assert.match(msg, /Mon-Fri 08:00-20:00 UTC/);
 
     // 403 model_not_allowed.
-    msg = assertError(await stack.chat("restricted"), 403, "model_not_allowed", "permission_error");
+    msg = assertError(await stack.chatAs("restricted"), 403, "model_not_allowed", "permission_error");
     assert.match(msg, /mock-llm/);
-    assertOk(await stack.chat("restricted", { model: "other-model" }));
+    assertOk(await stack.chatAs("restricted", { model: "other-model" }));
 
     // 403 tenant_budget_exhausted: the first request (100 tokens) uses up the 10-token budget.
-    assertOk(await stack.chat("capped", HUNDRED));
-    msg = assertError(await stack.chat("capped"), 403, "tenant_budget_exhausted", "permission_error");
+    assertOk(await stack.chatAs("capped", HUNDRED));
+    msg = assertError(await stack.chatAs("capped"), 403, "tenant_budget_exhausted", "permission_error");
     assert.match(msg, /10 tokens budget/);
 
     // 429 token_budget_exceeded: 120 tokens per minute (2 per second), 100 used -> 20 left; another
     // 100 needs 80 more = 40 s.
-    const first = await stack.chat("metered", HUNDRED);
+    const first = await stack.chatAs("metered", HUNDRED);
     assertOk(first);
     assert.equal(first.headers["retry-after"], undefined);
-    let reply = await stack.chat("metered", HUNDRED);
+    let reply = await stack.chatAs("metered", HUNDRED);
     assertError(reply, 429, "token_budget_exceeded", "rate_limit_error");
     assert.equal(reply.headers["retry-after"], "40");
     clock.advance(39_000); // 20 + 78 = 98 tokens: 2 short = 1 s
-    reply = await stack.chat("metered", HUNDRED);
+    reply = await stack.chatAs("metered", HUNDRED);
     assertError(reply, 429, "token_budget_exceeded");
     assert.equal(reply.headers["retry-after"], "1");
     clock.advance(1_000);
-    assertOk(await stack.chat("metered", HUNDRED));
+    assertOk(await stack.chatAs("metered", HUNDRED));
     // A smaller request fits what is left sooner: the bucket is empty now, 10 tokens = 5 s.
-    reply = await stack.chat("metered", { max_tokens: 7 });
+    reply = await stack.chatAs("metered", { max_tokens: 7 });
     assertError(reply, 429, "token_budget_exceeded");
     assert.equal(reply.headers["retry-after"], "5");
 
     // The 403s carry no Retry-After (waiting does not help within the period).
-    assert.equal((await stack.chat("suspended")).headers["retry-after"], undefined);
-    assert.equal((await stack.chat("capped")).headers["retry-after"], undefined);
+    assert.equal((await stack.chatAs("suspended")).headers["retry-after"], undefined);
+    assert.equal((await stack.chatAs("capped")).headers["retry-after"], undefined);
 
     // Rejected requests never reached the worker: only the 4 admitted ones did.
     assert.equal(worker.stats().totalRequests, 4);
 
     // Monday 08:00 UTC opens the window (07:59:59.999 does not); 20:00 closes it.
     clock.advanceTo(MONDAY_8AM - 1);
-    assertError(await stack.chat("office"), 403, "tenant_inactive");
+    assertError(await stack.chatAs("office"), 403, "tenant_inactive");
     clock.advanceTo(MONDAY_8AM);
-    assertOk(await stack.chat("office"));
+    assertOk(await stack.chatAs("office"));
     clock.advanceTo(MONDAY_8PM - 1);
-    assertOk(await stack.chat("office"));
+    assertOk(await stack.chatAs("office"));
     clock.advanceTo(MONDAY_8PM);
-    assertError(await stack.chat("office"), 403, "tenant_inactive");
+    assertError(await stack.chatAs("office"), 403, "tenant_inactive");
 
     // The scheduler's outcomes still work behind the tenant checks: one slot, a bulk queue of one.
-    const running = stack.hold("plain", {}, { "x-smg-priority": "bulk", "x-mock-ttft-ms": "10000" });
+    const running = stack.holdAs("plain", {}, { "x-smg-priority": "bulk", "x-mock-ttft-ms": "10000" });
     await waitFor(() => worker.stats().running === 1, "the slot is taken at the worker");
-    const queued = stack.hold("plain", {}, { "x-smg-priority": "bulk" });
+    const queued = stack.holdAs("plain", {}, { "x-smg-priority": "bulk" });
     await waitFor(() => stack.snapshot().classes.bulk.queued === 1, "one bulk request queued");
-    reply = await stack.chat("plain", {}, { "x-smg-priority": "bulk" });
+    reply = await stack.chatAs("plain", {}, { "x-smg-priority": "bulk" });
     assertError(reply, 429, "scheduler_queue_full", "rate_limit_error");
     await running.cancel();
     const late = await queued.result;
@@ -154,48 +153,48 @@ describe("tenancy outcomes over HTTP", () => {
 
     // The key is checked before anything about the tenant: a wrong key for a suspended tenant is 401.
     assertError(
-      await stack.chat(undefined, {}, { authorization: `${authFor("suspended").authorization}x` }),
+      await stack.chatAs(undefined, {}, { authorization: `${authFor("suspended").authorization}x` }),
       401,
       "invalid_api_key",
     );
     // Suspended and outside its window and a forbidden model and no budget and an empty bucket.
-    assertError(await stack.chat("all-limits"), 403, "tenant_inactive");
+    assertError(await stack.chatAs("all-limits"), 403, "tenant_inactive");
     // Suspended is reported before the window.
-    assert.match(assertError(await stack.chat("office-suspended"), 403, "tenant_inactive"), /suspended/);
+    assert.match(assertError(await stack.chatAs("office-suspended"), 403, "tenant_inactive"), /suspended/);
     // Forbidden model and no budget and too small a bucket: the model is reported.
-    assertError(await stack.chat("model-and-budget"), 403, "model_not_allowed");
+    assertError(await stack.chatAs("model-and-budget"), 403, "model_not_allowed");
     // With the allowed model the budget comes next (403), before the bucket (429).
     assertError(
-      await stack.chat("model-and-budget", { model: "other-model" }),
+      await stack.chatAs("model-and-budget", { model: "other-model" }),
       403,
       "tenant_budget_exhausted",
     );
 
     // Budget used up and bucket empty at once: 403, not 429.
-    assertOk(await stack.chat("spent", { max_tokens: 97 }));
-    assertError(await stack.chat("spent", { max_tokens: 97 }), 403, "tenant_budget_exhausted");
-    assertError(await stack.chat("spent", { model: "nope" }), 403, "tenant_budget_exhausted");
+    assertOk(await stack.chatAs("spent", { max_tokens: 97 }));
+    assertError(await stack.chatAs("spent", { max_tokens: 97 }), 403, "tenant_budget_exhausted");
+    assertError(await stack.chatAs("spent", { model: "nope" }), 403, "tenant_budget_exhausted");
 
     // Tenant limits answer before the scheduler: with the bulk queue full, a budget or bucket
     // rejection is still a 403/429 of its own, never scheduler_queue_full.
-    assertOk(await stack.chat("capped", { max_tokens: 97 }));
-    assertOk(await stack.chat("metered", { max_tokens: 97 })); // 20 of 120 left
-    const running = stack.hold("plain", {}, { "x-smg-priority": "bulk", "x-mock-ttft-ms": "10000" });
+    assertOk(await stack.chatAs("capped", { max_tokens: 97 }));
+    assertOk(await stack.chatAs("metered", { max_tokens: 97 })); // 20 of 120 left
+    const running = stack.holdAs("plain", {}, { "x-smg-priority": "bulk", "x-mock-ttft-ms": "10000" });
     await waitFor(() => worker.stats().running === 1, "the slot is taken at the worker");
-    const queued = stack.hold("plain", {}, { "x-smg-priority": "bulk" });
+    const queued = stack.holdAs("plain", {}, { "x-smg-priority": "bulk" });
     await waitFor(() => stack.snapshot().classes.bulk.queued === 1, "one bulk request queued");
     const bulk = { "x-smg-priority": "bulk" };
-    assertError(await stack.chat("plain", {}, bulk), 429, "scheduler_queue_full");
-    assertError(await stack.chat("capped", {}, bulk), 403, "tenant_budget_exhausted");
-    const overBucket = await stack.chat("metered", { max_tokens: 97 }, bulk);
+    assertError(await stack.chatAs("plain", {}, bulk), 429, "scheduler_queue_full");
+    assertError(await stack.chatAs("capped", {}, bulk), 403, "tenant_budget_exhausted");
+    const overBucket = await stack.chatAs("metered", { max_tokens: 97 }, bulk);
     assertError(overBucket, 429, "token_budget_exceeded");
     assert.equal(overBucket.headers["retry-after"], "40");
     // 10 tokens fit the bucket, so the scheduler answers; its rejection gives the hold back.
-    assertError(await stack.chat("metered", { max_tokens: 7 }, bulk), 429, "scheduler_queue_full");
-    assertError(await stack.chat("metered", { max_tokens: 7 }, bulk), 429, "scheduler_queue_full");
+    assertError(await stack.chatAs("metered", { max_tokens: 7 }, bulk), 429, "scheduler_queue_full");
+    assertError(await stack.chatAs("metered", { max_tokens: 7 }, bulk), 429, "scheduler_queue_full");
     assert.equal(stack.gateway.budgets.remaining("auth:metered").tokens_per_minute, 20);
-    assertError(await stack.chat("suspended", {}, bulk), 403, "tenant_inactive");
-    assertError(await stack.chat("restricted", {}, bulk), 403, "model_not_allowed");
+    assertError(await stack.chatAs("suspended", {}, bulk), 403, "tenant_inactive");
+    assertError(await stack.chatAs("restricted", {}, bulk), 403, "model_not_allowed");
     await running.cancel();
     assertOk(await queued.result);
   });

@@ -9,19 +9,20 @@
  */
 import assert from "node:assert/strict";
 import { describe, test } from "node:test";
+import { ManualClock } from "../../src/core/clock.js";
 import {
   assertError,
   assertOk,
   authFor,
   chatBody,
+  type Fleet,
   PROMPT,
   PROMPT_TOKENS,
-  type Stack,
   schedulerDoc,
   sseEvents,
-  startStack,
+  startFleet,
   waitFor,
-} from "./harness.js";
+} from "../harness.js";
 
 const OVER = { max_completion_tokens: 500, max_tokens: 10 };
 const ESTIMATE = PROMPT_TOKENS + 500;
@@ -34,22 +35,22 @@ function close(actual: number | undefined, expected: number, what: string): void
   assert.ok(actual !== undefined && Math.abs(actual - expected) < 1e-9, `${what}: ${actual} !== ${expected}`);
 }
 
-async function remainingTokens(stack: Stack, tenant: string): Promise<number | undefined> {
+async function remainingTokens(stack: Fleet, tenant: string): Promise<number | undefined> {
   const status = await stack.status();
   return status.tenants[`auth:${tenant}`]?.budget_remaining.budget_tokens;
 }
 
 describe("budget settlement from actual usage", () => {
   test("non-streaming: the estimate is held while the request runs, then corrected to the reported usage", async (t) => {
-    const stack = await startStack(t, {
+    const stack = await startFleet(t, {
       workers: [{ maxRunningRequests: 8 }],
-      scheduler: schedulerDoc({ tenant_policies: { "auth:acme": { budget_tokens: 1000 } } }),
+      schedulerYaml: schedulerDoc({ tenant_policies: { "auth:acme": { budget_tokens: 1000 } } }),
       tenants: ["acme"],
       adminToken: "admin-secret",
     });
     assert.equal(await remainingTokens(stack, "acme"), 1000);
 
-    const held = stack.hold("acme", OVER, { "x-mock-ttft-ms": "300" });
+    const held = stack.holdAs("acme", OVER, { "x-mock-ttft-ms": "300" });
     await waitFor(() => stack.workers[0]!.stats().running === 1, "the request runs at the worker");
     let status = await stack.status();
     assert.deepEqual(status.tenants["auth:acme"], {
@@ -72,15 +73,15 @@ describe("budget settlement from actual usage", () => {
   });
 
   test("streaming: usage settles with and without the client's include_usage; the extra chunk stays hidden", async (t) => {
-    const stack = await startStack(t, {
-      scheduler: schedulerDoc({ tenant_policies: { "auth:acme": { budget_tokens: 1000 } } }),
+    const stack = await startFleet(t, {
+      schedulerYaml: schedulerDoc({ tenant_policies: { "auth:acme": { budget_tokens: 1000 } } }),
       tenants: ["acme"],
       adminToken: "admin-secret",
     });
     const worker = stack.workers[0]!;
 
     // 1. The client did not ask for usage: the gateway asks for it and strips that chunk.
-    let reply = await stack.chat("acme", { ...OVER, stream: true });
+    let reply = await stack.chatAs("acme", { ...OVER, stream: true });
     assertOk(reply);
     assert.match(String(reply.headers["content-type"]), /text\/event-stream/);
     let events = sseEvents(reply.text);
@@ -104,7 +105,7 @@ describe("budget settlement from actual usage", () => {
 
     // 2. The client asked for usage itself: it gets the usage chunk, and the body goes up unchanged.
     const asked = { ...OVER, stream: true, stream_options: { include_usage: true } };
-    reply = await stack.chat("acme", asked);
+    reply = await stack.chatAs("acme", asked);
     assertOk(reply);
     events = sseEvents(reply.text);
     const usageChunks = events.filter(
@@ -118,7 +119,7 @@ describe("budget settlement from actual usage", () => {
     assert.equal(await remainingTokens(stack, "acme"), 1000 - 2 * ACTUAL);
 
     // 3. include_usage: false is an explicit "no": still settled, still hidden.
-    reply = await stack.chat("acme", { ...OVER, stream: true, stream_options: { include_usage: false } });
+    reply = await stack.chatAs("acme", { ...OVER, stream: true, stream_options: { include_usage: false } });
     assertOk(reply);
     assert.ok(
       sseEvents(reply.text).every((e) => e === "[DONE]" || (e.choices as unknown[]).length === 1),
@@ -140,15 +141,15 @@ describe("budget settlement from actual usage", () => {
   });
 
   test("budget_cost_usd: the cost is priced from the actual usage, and a spent budget answers 403", async (t) => {
-    const stack = await startStack(t, {
-      scheduler: schedulerDoc({ tenant_policies: { "auth:payg": { budget_cost_usd: 1 } } }),
+    const stack = await startFleet(t, {
+      schedulerYaml: schedulerDoc({ tenant_policies: { "auth:payg": { budget_cost_usd: 1 } } }),
       tenants: ["payg"],
-      pricing: PRICING,
+      gateway: { pricing: PRICING },
       adminToken: "admin-secret",
     });
     const remaining = () => stack.gateway.budgets.remaining("auth:payg").budget_cost_usd;
 
-    const held = stack.hold("payg", OVER, { "x-mock-ttft-ms": "300" });
+    const held = stack.holdAs("payg", OVER, { "x-mock-ttft-ms": "300" });
     await waitFor(() => stack.workers[0]!.stats().running === 1, "the request runs at the worker");
     // Held at the estimate: 3 x 2000 + 500 x 10000 per million = 5.006 USD > 1 USD.
     close(remaining(), 0, "while held");
@@ -156,46 +157,50 @@ describe("budget settlement from actual usage", () => {
     close(remaining(), 1 - usd(3, 10), "after settling");
 
     // Streaming without include_usage settles from the hidden usage chunk too.
-    assertOk(await stack.chat("payg", { ...OVER, stream: true }));
+    assertOk(await stack.chatAs("payg", { ...OVER, stream: true }));
     close(remaining(), 1 - 2 * usd(3, 10), "after the stream");
     const status = await stack.status();
     close(status.tenants["auth:payg"]?.budget_remaining.budget_cost_usd, 1 - 2 * usd(3, 10), "status");
 
     // 3 + 100 tokens cost 1.006 USD: the budget is spent, the next request is refused.
-    assertOk(await stack.chat("payg", { max_tokens: 100 }));
+    assertOk(await stack.chatAs("payg", { max_tokens: 100 }));
     close(remaining(), 0, "spent");
-    const msg = assertError(await stack.chat("payg"), 403, "tenant_budget_exhausted", "permission_error");
+    const msg = assertError(await stack.chatAs("payg"), 403, "tenant_budget_exhausted", "permission_error");
     assert.match(msg, /1 USD budget/);
   });
 
   test("a request the worker never served gives its whole hold back (queue timeout, queue full, upstream reset)", async (t) => {
-    const stack = await startStack(t, {
+    // The queue timeout runs on this clock, so the 429 surely comes first and the 408 when the test says.
+    const clock = new ManualClock(Date.UTC(2026, 2, 10, 12));
+    const stack = await startFleet(t, {
       workers: [{ maxRunningRequests: 1 }],
-      scheduler: schedulerDoc({
+      schedulerYaml: schedulerDoc({
         classes: { interactive: { queue_size: 1, queue_timeout_secs: 0.2 } },
         tenant_policies: { "auth:acme": { budget_tokens: 10_000, tokens_per_minute: 100_000 } },
       }),
       tenants: ["acme", "other"],
+      gateway: { clock },
     });
     const remaining = () => stack.gateway.budgets.remaining("auth:acme").budget_tokens;
     const interactive = { "x-smg-priority": "interactive" };
 
-    const running = stack.hold("other", {}, { ...interactive, "x-mock-ttft-ms": "10000" });
+    const running = stack.holdAs("other", {}, { ...interactive, "x-mock-ttft-ms": "10000" });
     await waitFor(() => stack.workers[0]!.stats().running === 1, "the only slot is taken");
-    const timingOut = stack.chat("acme", OVER, interactive);
+    const timingOut = stack.chatAs("acme", OVER, interactive);
     await waitFor(() => stack.snapshot().classes.interactive.queued === 1, "acme queued");
-    assertError(await stack.chat("acme", OVER, interactive), 429, "scheduler_queue_full");
+    assertError(await stack.chatAs("acme", OVER, interactive), 429, "scheduler_queue_full");
+    clock.advance(200);
     assertError(await timingOut, 408, "scheduler_queue_timeout");
     assert.equal(remaining(), 10_000);
     assert.equal(stack.gateway.budgets.remaining("auth:acme").tokens_per_minute, 100_000);
     await running.cancel();
 
     // The worker drops the connection before answering: 502, and nothing is charged.
-    assertError(await stack.chat("acme", OVER, { "x-mock-fail": "reset" }), 502, "upstream_reset");
+    assertError(await stack.chatAs("acme", OVER, { "x-mock-fail": "reset" }), 502, "upstream_reset");
     assert.equal(remaining(), 10_000);
 
     // Control: a served request is charged its actual usage.
-    assertOk(await stack.chat("acme", OVER));
+    assertOk(await stack.chatAs("acme", OVER));
     assert.equal(remaining(), 10_000 - ACTUAL);
   });
 });
