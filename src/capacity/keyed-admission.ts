@@ -95,7 +95,15 @@ export class KeyedAdmission {
     options: KeyedAdmissionOptions,
     private readonly clock: Clock,
   ) {
-    const o = { ...KEYED_ADMISSION_DEFAULTS, ...options };
+    // Field by field: an option given as undefined takes its default.
+    const d = KEYED_ADMISSION_DEFAULTS;
+    const o: Required<KeyedAdmissionOptions> = {
+      targetDelayMs: options.targetDelayMs ?? d.targetDelayMs,
+      rotationWindowMs: options.rotationWindowMs ?? d.rotationWindowMs,
+      decreaseFraction: options.decreaseFraction ?? d.decreaseFraction,
+      increaseStep: options.increaseStep ?? d.increaseStep,
+      minPercent: options.minPercent ?? d.minPercent,
+    };
     check(
       Number.isFinite(o.targetDelayMs) && o.targetDelayMs > 0,
       "keyed_shedding.target_delay_ms",

@@ -8,13 +8,21 @@ import { readFileSync } from "node:fs";
 import { Command, InvalidArgumentError, Option } from "commander";
 import { parse as parseYaml } from "yaml";
 import { z } from "zod";
+import type { LoadSheddingOptions } from "../capacity/load-shedding.js";
 import { pricingSchema } from "../config/pricing.js";
 import { PRIORITY_CLASSES, type PriorityClass, parsePriority } from "../core/class.js";
 import type { Pricing } from "../core/config.js";
 import { ConfigError } from "../core/errors.js";
 import type { LegacyLimiterOptions } from "../core/legacy.js";
 import type { ClientLimits } from "../gateway/client-guard.js";
-import type { ApiKeySpec, HealthCheckOptions, WorkerPolicy, WorkerSpec } from "../gateway/options.js";
+import {
+  type ApiKeySpec,
+  CAPACITY_MODES,
+  type CapacityOptions,
+  type HealthCheckOptions,
+  type WorkerPolicy,
+  type WorkerSpec,
+} from "../gateway/options.js";
 
 export const LOG_LEVELS = ["trace", "debug", "info", "warn", "error", "fatal", "silent"] as const;
 export const POLICIES = ["power_of_two", "round_robin", "random"] as const;
@@ -40,6 +48,8 @@ export interface GatewayFlags {
   upstreamConnectTimeoutSecs: number;
   workerApiKey: string | undefined;
   maxCostTokens: number | undefined;
+  capacity: CapacityOptions;
+  shedding: LoadSheddingOptions;
   clientLimits: ClientLimits;
   health: HealthCheckOptions;
   logLevel: (typeof LOG_LEVELS)[number];
@@ -215,6 +225,39 @@ export const FLAG_SPECS: FlagSpec[] = [
     parse: intArg(1),
   },
   {
+    flags: "--capacity-mode <mode>",
+    key: "capacity_mode",
+    description: "static (the workers' reported capacity) | adaptive (follows time per token and TTFT)",
+    parse: choiceArg(CAPACITY_MODES),
+    default: "static",
+  },
+  {
+    flags: "--adaptive-min-capacity <n>",
+    key: "adaptive_min_capacity",
+    description: "adaptive mode: lowest capacity the controller may set",
+    parse: intArg(1),
+    default: 1,
+  },
+  {
+    flags: "--adaptive-max-capacity <n>",
+    key: "adaptive_max_capacity",
+    description:
+      "adaptive mode: highest capacity the controller may set (default: the workers' reported capacity)",
+    parse: intArg(1),
+  },
+  {
+    flags: "--tpot-slo-ms <ms>",
+    key: "tpot_slo_ms",
+    description: "adaptive mode: time per output token ceiling; above it capacity shrinks",
+    parse: numArg("a number > 0", (n) => n > 0),
+  },
+  {
+    flags: "--ttft-slo-ms <ms>",
+    key: "ttft_slo_ms",
+    description: "adaptive mode: time to first token ceiling; above it capacity shrinks",
+    parse: numArg("a number > 0", (n) => n > 0),
+  },
+  {
     flags: "--client-headers-timeout-secs <secs>",
     key: "client_headers_timeout_secs",
     description: "time a client has to send its request headers (408 past it)",
@@ -308,7 +351,39 @@ export const FLAG_SPECS: FlagSpec[] = [
   },
 ];
 
-const NON_FLAG_KEYS = new Set(["workers", "api_keys", "trusted_tenant_header", "pricing"]);
+const NON_FLAG_KEYS = new Set([
+  "workers",
+  "api_keys",
+  "trusted_tenant_header",
+  "pricing",
+  "load_shedding",
+  "keyed_shedding",
+]);
+
+const sheddableClass = z.enum(["bulk", "default", "interactive"], {
+  error: () => "must be bulk, default or interactive (system is never shed)",
+});
+const positive = () => z.number({ error: "must be a number" }).gt(0, "must be > 0");
+const loadSheddingSchema = z.strictObject({
+  max_queue_wait_ms: positive(),
+  usage_half_life_secs: positive().optional(),
+  codel_classes: z.array(sheddableClass).optional(),
+  codel_target_ms: positive().optional(),
+  codel_interval_ms: positive().optional(),
+});
+const keyedSheddingSchema = z.strictObject({
+  header: z.string().min(1, "must be a header name").optional(),
+  classes: z.array(sheddableClass).optional(),
+  target_delay_ms: positive().optional(),
+  rotation_window_secs: positive().optional(),
+  decrease_fraction: positive().lt(1, "must be < 1").optional(),
+  increase_step: positive().max(100, "must be <= 100").optional(),
+  min_percent: z
+    .number({ error: "must be a number" })
+    .min(0, "must be >= 0")
+    .max(100, "must be <= 100")
+    .optional(),
+});
 
 const workersSchema = z.array(
   z.strictObject({
@@ -476,6 +551,8 @@ export function parseGatewayArgs(argv: string[]): GatewayFlags {
     workerApiKey:
       (values.worker_api_key as string | undefined) ?? (process.env.SLUICE_WORKER_API_KEY || undefined),
     maxCostTokens: values.max_cost_tokens as number | undefined,
+    capacity: capacitySettings(values),
+    shedding: sheddingSettings(file, configPath),
     clientLimits: {
       headersTimeoutSecs: values.client_headers_timeout_secs as number,
       bodyIdleTimeoutSecs: values.client_body_idle_timeout_secs as number,
@@ -494,6 +571,65 @@ export function parseGatewayArgs(argv: string[]): GatewayFlags {
     admin: adminSettings(values),
     configPath,
   };
+}
+
+/** The `load_shedding` and `keyed_shedding` blocks of the --config file; errors name the key. */
+function sheddingSettings(
+  file: Record<string, unknown>,
+  configPath: string | undefined,
+): LoadSheddingOptions {
+  const parse = <T>(key: string, schema: z.ZodType<T>): T | undefined => {
+    const value = file[key];
+    if (value === undefined || value === null) return undefined;
+    const parsed = schema.safeParse(value);
+    if (!parsed.success) {
+      const issue = parsed.error.issues[0]!;
+      const at = issue.path.length > 0 ? `${key}.${issue.path.join(".")}` : key;
+      throw new ConfigError(`${configPath}: ${at}`, issue.message);
+    }
+    return parsed.data;
+  };
+  const shedding: LoadSheddingOptions = {};
+  const p = parse("load_shedding", loadSheddingSchema);
+  if (p !== undefined) {
+    shedding.prioritized = {
+      maxQueueWaitMs: p.max_queue_wait_ms,
+      usageHalfLifeMs: p.usage_half_life_secs === undefined ? undefined : p.usage_half_life_secs * 1000,
+      codelClasses: p.codel_classes,
+      codelTargetMs: p.codel_target_ms,
+      codelIntervalMs: p.codel_interval_ms,
+    };
+  }
+  const k = parse("keyed_shedding", keyedSheddingSchema);
+  if (k !== undefined) {
+    shedding.keyed = {
+      header: k.header,
+      classes: k.classes,
+      targetDelayMs: k.target_delay_ms,
+      rotationWindowMs: k.rotation_window_secs === undefined ? undefined : k.rotation_window_secs * 1000,
+      decreaseFraction: k.decrease_fraction,
+      increaseStep: k.increase_step,
+      minPercent: k.min_percent,
+    };
+  }
+  return shedding;
+}
+
+function capacitySettings(values: Record<string, unknown>): CapacityOptions {
+  const settings: CapacityOptions = {
+    mode: values.capacity_mode as CapacityOptions["mode"],
+    minCapacity: values.adaptive_min_capacity as number,
+    maxCapacity: values.adaptive_max_capacity as number | undefined,
+    tpotSloMs: values.tpot_slo_ms as number | undefined,
+    ttftSloMs: values.ttft_slo_ms as number | undefined,
+  };
+  if (settings.maxCapacity !== undefined && settings.minCapacity! > settings.maxCapacity) {
+    throw new ConfigError(
+      "--adaptive-min-capacity",
+      `must be <= --adaptive-max-capacity (adaptive_min_capacity ${settings.minCapacity} > adaptive_max_capacity ${settings.maxCapacity})`,
+    );
+  }
+  return settings;
 }
 
 function adminSettings(values: Record<string, unknown>): GatewayFlags["admin"] {

@@ -28,6 +28,8 @@ export async function runGatewayCli(argv: string[]): Promise<void> {
     upstreamConnectTimeoutSecs: flags.upstreamConnectTimeoutSecs,
     workerApiKey: flags.workerApiKey,
     maxCostTokens: flags.maxCostTokens,
+    capacity: flags.capacity,
+    shedding: flags.shedding,
     clientLimits: flags.clientLimits,
     health: flags.health,
     pricing: flags.pricing,

@@ -33,6 +33,8 @@ export const ERROR_TABLE = {
   ),
   scheduler_preempted: row(503, true, 1, "a higher class took the slot before the first byte"),
   scheduler_client_cancelled: row(499, false, "none", "the client went away"),
+  // Shedding at the door (docs/adaptive.md).
+  load_shed: row(503, true, "computed", "the gateway is shedding load; retry later"),
   // Legacy admission (scheduler disabled or failed safe).
   admission_queue_full: row(429, true, 1, "the admission queue is full"),
   admission_queue_timeout: row(

@@ -8,6 +8,8 @@
 import type { IncomingMessage, ServerResponse } from "node:http";
 import type { Logger } from "pino";
 import type { Dispatcher } from "undici";
+import type { CapacityFeedback } from "../capacity/adaptive.js";
+import type { LoadShedding } from "../capacity/load-shedding.js";
 import type { BudgetBook, BudgetHold, Usage } from "../core/budgets.js";
 import { AdmissionError } from "../core/errors.js";
 import type { CancelSignal } from "../core/signal.js";
@@ -33,6 +35,10 @@ export interface LeaseContext {
   readonly activity: TenantActivity;
   readonly outcomes: OutcomeSink | undefined;
   readonly logger: Logger;
+  /** Adaptive capacity's inputs; absent in static mode. */
+  readonly feedback: CapacityFeedback | undefined;
+  /** Shedding's usage and completion inputs; absent when not configured. */
+  readonly shedding: LoadShedding | undefined;
 }
 
 /** How a request ended, as the lifecycle reports it to its lease. */
@@ -84,6 +90,8 @@ export class Lease implements ExchangeOwner, CancelSignal {
   private exchange: UpstreamExchange | undefined;
   private abortListeners: Array<() => void> | undefined;
   private firstByteMs: number | undefined;
+  /** When the worker was chosen, ms since arrival: TTFT for capacity starts here, not at arrival. */
+  private dispatchedMs: number | undefined;
   private clientGone = false;
   private preempted = false;
   private ended = false;
@@ -146,6 +154,7 @@ export class Lease implements ExchangeOwner, CancelSignal {
   admitted(slot: Slot): void {
     this.slot = slot;
     this.ctx.activity.inflight(this.tenant, 1);
+    this.ctx.feedback?.inflight(1);
     slot.onPreempt(this.onPreempted);
     this.answerHeaders.push(
       "x-sluice-admission",
@@ -158,6 +167,7 @@ export class Lease implements ExchangeOwner, CancelSignal {
   /** The dispatch stage chose a worker. */
   dispatched(worker: Worker): void {
     this.worker = worker;
+    this.dispatchedMs = performance.now() - this.t0;
   }
 
   /** Runs the exchange with the worker; resolves with the worker's status. */
@@ -241,6 +251,7 @@ export class Lease implements ExchangeOwner, CancelSignal {
     if (slot !== undefined) {
       slot.release();
       ctx.activity.inflight(this.tenant, -1);
+      ctx.feedback?.inflight(-1);
     }
 
     // 3. Settle: charge what was served.
@@ -265,10 +276,51 @@ export class Lease implements ExchangeOwner, CancelSignal {
       );
     }
 
-    // 4. Count and record.
+    // 4. Feed capacity and shedding, count and record.
+    if (ctx.feedback !== undefined) this.feedCapacity(ctx.feedback, status, code, outcome, usage);
+    if (ctx.shedding !== undefined && slot?.effectiveClass !== undefined && !nothingServed) {
+      ctx.shedding.served(
+        slot.effectiveClass,
+        this.tenant,
+        usage !== undefined ? usage.inputTokens + usage.outputTokens : (estimate?.cost ?? 1),
+      );
+    }
     ctx.metrics.countHttpStatus(status);
     const sink = ctx.outcomes;
     if (sink !== undefined) sink.record(this.record(status, code, outcome, nothingServed, usage));
+  }
+
+  /**
+   * One sample for adaptive capacity: a served answer's TTFT (from dispatch) and time per output
+   * token, or an overload signal (the worker's 429/503, an upstream timeout). Preempted, cancelled
+   * and refused requests say nothing about the worker's speed.
+   */
+  private feedCapacity(
+    feedback: CapacityFeedback,
+    status: number,
+    code: ErrorCode | undefined,
+    outcome: OutcomeKind,
+    usage: Usage | undefined,
+  ): void {
+    const dispatchedMs = this.dispatchedMs;
+    if (dispatchedMs === undefined) return;
+    if (code === "upstream_timeout" || (code === undefined && (status === 429 || status === 503))) {
+      feedback.sample({ kind: "overload" });
+      return;
+    }
+    if (outcome !== "ok" || status >= 400 || usage === undefined) return;
+    const endMs = performance.now() - this.t0;
+    const firstMs = this.firstByteMs ?? endMs;
+    const promptTokens = usage.inputTokens;
+    const output = usage.outputTokens;
+    if (this.reader?.isStream === true) {
+      // A stream: its first byte is the first token, and the rest came at the decode pace.
+      const tpotMs = output >= 2 ? (endMs - firstMs) / (output - 1) : undefined;
+      feedback.sample({ kind: "ok", ttftMs: firstMs - dispatchedMs, promptTokens, tpotMs });
+    } else if (output >= 1) {
+      // A whole answer at once: only its pace per token is known (prefill included).
+      feedback.sample({ kind: "ok", tpotMs: (endMs - dispatchedMs) / output });
+    }
   }
 
   /** The gateway's answer for a failure; upstream failures are counted and logged here. */

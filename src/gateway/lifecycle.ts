@@ -6,18 +6,24 @@
  *   parse     request line and framing, then (after identify) the body and its fields
  *   identify  the tenant, from authentication
  *   policy    the tenant's limits: activity, models, budgets
+ *   shed      load shedding at the door, when configured (prioritized levels, keyed sessions)
  *   admit     a slot from the admission backend (fast, or after queueing)
  *   dispatch  a worker with room
  *   stream    the exchange with the worker, held until its first byte
  *   settle    the lease ends: answer, release, charge, count, record
  *
  * Where each outcome is decided: the request checks (request-checks.ts), authentication
- * (tenants.ts), body fields (cost.ts), budgets (core/budgets.ts), admission (core/engine.ts or
+ * (tenants.ts), body fields (cost.ts), budgets (core/budgets.ts), shedding (capacity/load-shedding.ts),
+ * admission (core/engine.ts or
  * core/legacy.ts), worker choice (workers.ts), the worker's answer (upstream.ts), and the answer's
  * shape (error-table.ts).
  */
 import type { IncomingMessage } from "node:http";
+import type { CapacityFeedback } from "../capacity/adaptive.js";
+import type { LoadShedding } from "../capacity/load-shedding.js";
 import type { BudgetBook } from "../core/budgets.js";
+import type { PriorityClass } from "../core/class.js";
+import type { CapacityMetrics } from "../metrics/capacity.js";
 import type { SluiceMetrics } from "../metrics/index.js";
 import type { AdmissionBackend } from "../state/backend.js";
 import { readBody } from "./body.js";
@@ -46,6 +52,11 @@ export interface LifecycleContext {
   readonly upstreamTimeoutMs: number;
   /** The cost ceiling in force. */
   maxCostTokens(): number;
+  /** Shedding at the door; absent when not configured. */
+  readonly shedding: LoadShedding | undefined;
+  readonly capacityMetrics: CapacityMetrics;
+  /** Queue and in-flight counts for adaptive capacity; absent in static mode. */
+  readonly feedback: CapacityFeedback | undefined;
 }
 
 const PRIORITY_HEADER = "x-smg-priority";
@@ -59,7 +70,8 @@ export async function runLifecycle(ctx: LifecycleContext, lease: Lease, req: Inc
     const estimate = parseBody(ctx, req, body);
     lease.estimate = estimate;
     policy(ctx, lease, estimate);
-    await admit(ctx, lease, req, estimate);
+    const shedClass = shed(ctx, lease, req);
+    await admit(ctx, lease, req, estimate, shedClass);
     const waiting = dispatch(ctx, lease);
     if (waiting !== undefined) await waiting;
     const status = await stream(ctx, lease, req, body, estimate);
@@ -105,6 +117,37 @@ function policy(ctx: LifecycleContext, lease: Lease, estimate: RequestEstimate):
   lease.hold = verdict;
 }
 
+// --- shed --------------------------------------------------------------------------------------
+
+/**
+ * Load shedding at the door (503 load_shed): the request's level is below the prioritizer's
+ * threshold, its class fails the CoDel check, or its session is outside the keyed percentage.
+ * Returns the effective class the shedder tracks the request under (undefined: shedding is off).
+ */
+function shed(ctx: LifecycleContext, lease: Lease, req: IncomingMessage): PriorityClass | undefined {
+  const shedding = ctx.shedding;
+  if (shedding === undefined) return undefined;
+  const priority = req.headers[PRIORITY_HEADER];
+  const cls = ctx.admission.classify(
+    Array.isArray(priority) ? priority[0] : priority,
+    lease.tenant,
+  )?.effective;
+  if (cls === undefined) return undefined;
+  const header = shedding.sessionHeader === undefined ? undefined : req.headers[shedding.sessionHeader];
+  const verdict = shedding.check(cls, lease.tenant, Array.isArray(header) ? header[0] : header);
+  if (verdict.shed) {
+    ctx.capacityMetrics.countShed(cls, verdict.reason);
+    throw new GatewayError(
+      "load_shed",
+      verdict.reason === "keyed"
+        ? `the gateway is shedding load: this ${header === undefined ? "tenant" : "session"} is outside the admitted share for now`
+        : `the gateway is shedding load: ${cls} requests at this level would wait past the queue bound`,
+      { retryAfterSecs: verdict.retryAfterSecs },
+    );
+  }
+  return cls;
+}
+
 // --- admit -------------------------------------------------------------------------------------
 
 /** A slot: at once, or after queueing (429 queue full, 408 timeout, 499 client gone). */
@@ -113,9 +156,14 @@ async function admit(
   lease: Lease,
   req: IncomingMessage,
   estimate: RequestEstimate,
+  shedClass: PriorityClass | undefined,
 ): Promise<void> {
   const priority = req.headers[PRIORITY_HEADER];
+  const { shedding, feedback } = ctx;
   ctx.activity.queued(lease.tenant, 1);
+  feedback?.queued(1);
+  if (shedClass !== undefined) shedding!.queue(shedClass, lease.tenant, 1);
+  const started = shedClass === undefined ? 0 : performance.now();
   try {
     const slot = await ctx.admission.acquire({
       priority: Array.isArray(priority) ? priority[0] : priority,
@@ -126,6 +174,11 @@ async function admit(
     lease.admitted(slot);
   } finally {
     ctx.activity.queued(lease.tenant, -1);
+    feedback?.queued(-1);
+    if (shedClass !== undefined) {
+      shedding!.queue(shedClass, lease.tenant, -1);
+      shedding!.queueWait(shedClass, performance.now() - started);
+    }
   }
 }
 

@@ -1,5 +1,6 @@
 /** Everything the gateway needs to run, already validated (the CLI builds it from flags and YAML). */
 import type { Logger } from "pino";
+import type { LoadSheddingOptions } from "../capacity/load-shedding.js";
 import type { PriorityClass } from "../core/class.js";
 import type { Clock } from "../core/clock.js";
 import type { Pricing } from "../core/config.js";
@@ -32,6 +33,25 @@ export interface HealthCheckOptions {
   endpoint: string;
 }
 
+export const CAPACITY_MODES = ["static", "adaptive"] as const;
+export type CapacityMode = (typeof CAPACITY_MODES)[number];
+
+/**
+ * Where the scheduler's capacity comes from: the workers' reports (static), or a controller that
+ * moves it with time per output token and TTFT (adaptive; docs/adaptive.md).
+ */
+export interface CapacityOptions {
+  mode: CapacityMode;
+  /** Adaptive lower bound (default 1). */
+  minCapacity?: number | undefined;
+  /** Adaptive upper bound (default: the workers' reported capacity). */
+  maxCapacity?: number | undefined;
+  /** Time-per-output-token ceiling: above it the limit shrinks and the baseline freezes. */
+  tpotSloMs?: number | undefined;
+  /** Time-to-first-token ceiling, same rule. */
+  ttftSloMs?: number | undefined;
+}
+
 export interface GatewayOptions {
   workers: WorkerSpec[];
   host: string;
@@ -58,6 +78,10 @@ export interface GatewayOptions {
   workerApiKey?: string | undefined;
   /** Ceiling of a request's estimated cost in tokens; default: the workers' context length, else 131072. */
   maxCostTokens?: number | undefined;
+  /** Static (default) or adaptive capacity. */
+  capacity?: CapacityOptions | undefined;
+  /** Shedding at the door (`load_shedding`, `keyed_shedding` in the gateway file); off when absent. */
+  shedding?: LoadSheddingOptions | undefined;
   /** Client-side timeouts and the connection cap (defaults: DEFAULT_CLIENT_LIMITS). */
   clientLimits?: Partial<ClientLimits> | undefined;
   health: HealthCheckOptions;

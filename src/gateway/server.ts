@@ -5,12 +5,15 @@
  */
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from "node:http";
 import type { AddressInfo } from "node:net";
+import { AdaptiveCapacity } from "../capacity/adaptive.js";
 import { DiscoveredCapacity } from "../capacity/discovered.js";
+import { LoadShedding } from "../capacity/load-shedding.js";
 import { PinnableCapacity } from "../capacity/pinned.js";
 import { BudgetBook } from "../core/budgets.js";
 import { realClock } from "../core/clock.js";
 import type { SchedulerFileSettings } from "../core/config.js";
 import { ConfigError } from "../core/errors.js";
+import { registerCapacityMetrics } from "../metrics/capacity.js";
 import { createMetrics, type SluiceMetrics } from "../metrics/index.js";
 import type { AdmissionBackend } from "../state/backend.js";
 import { createInProcessBackend } from "../state/in-process.js";
@@ -41,6 +44,10 @@ export interface Gateway {
   readonly admission: AdmissionBackend;
   readonly workers: WorkerPool;
   readonly capacity: PinnableCapacity;
+  /** The adaptive capacity source, in `capacity_mode: adaptive`. */
+  readonly adaptive: AdaptiveCapacity | undefined;
+  /** Shedding at the door, when `load_shedding` or `keyed_shedding` is configured. */
+  readonly shedding: LoadShedding | undefined;
   readonly metrics: SluiceMetrics;
   readonly budgets: BudgetBook;
   /** The admin listener, when `options.admin` was given. */
@@ -71,14 +78,38 @@ export async function startGateway(options: GatewayOptions, outcomes?: OutcomeSi
     apiKey: options.workerApiKey,
     clock,
   });
-  const capacity = new PinnableCapacity(new DiscoveredCapacity(workers));
+  const discovered = new DiscoveredCapacity(workers);
 
   // The admission mode is decided after the first discovery, on the capacity it found.
   let policyFile: SchedulerFileSettings | undefined;
   let loadError: string | undefined;
   let admission: AdmissionBackend;
+  let adaptive: AdaptiveCapacity | undefined;
+  let capacity: PinnableCapacity;
+  let shedding: LoadShedding | undefined;
   try {
     await workers.discover();
+    // Adaptive capacity cold-starts from what discovery found; a pin still wins over it.
+    const capacityOptions = options.capacity;
+    if (capacityOptions?.mode === "adaptive") {
+      adaptive = new AdaptiveCapacity(
+        discovered,
+        {
+          minCapacity: capacityOptions.minCapacity,
+          maxCapacity: capacityOptions.maxCapacity,
+          tpotSloMs: capacityOptions.tpotSloMs,
+          ttftSloMs: capacityOptions.ttftSloMs,
+        },
+        clock,
+        (bound, limit, wanted) =>
+          logger.warn({ bound, limit, wanted }, `adaptive capacity held at its ${bound} bound (${limit})`),
+      );
+    }
+    capacity = new PinnableCapacity(adaptive ?? discovered);
+    if (options.shedding !== undefined) {
+      const candidate = new LoadShedding(options.shedding, clock);
+      if (candidate.enabled) shedding = candidate;
+    }
     try {
       policyFile = await loadSchedulerFile(options.priorityScheduler.configPath);
     } catch (err) {
@@ -102,6 +133,10 @@ export async function startGateway(options: GatewayOptions, outcomes?: OutcomeSi
     throw err;
   }
   const active = admission;
+  if (shedding !== undefined && active.mode !== "scheduler") {
+    logger.warn("load shedding needs the priority scheduler; it is off while admission is legacy");
+    shedding = undefined;
+  }
   workers.respectCapacity = active.mode === "scheduler";
   let lastCapacity = capacity.capacity;
   capacity.subscribe((c) => {
@@ -110,6 +145,8 @@ export async function startGateway(options: GatewayOptions, outcomes?: OutcomeSi
     active.setCapacity(c);
   });
   workers.start();
+  adaptive?.start();
+  shedding?.start();
 
   // Tenant limits come from the same YAML as the scheduler's tenant policies; they apply in both
   // admission modes. A file the scheduler rejected was already logged; budgets then start empty.
@@ -130,6 +167,12 @@ export async function startGateway(options: GatewayOptions, outcomes?: OutcomeSi
   metrics.bindCapacity(() => capacity.capacity);
   metrics.bindAdmissionMode(() => active.mode);
   metrics.bindWorkersHealthy(() => workers.healthyCount);
+  const capacityMetrics = registerCapacityMetrics(metrics.registry, {
+    limit: () => adaptive?.capacity ?? capacity.capacity,
+    adaptive: () => adaptive?.controller.snapshot(),
+    adjustments: () => adaptive?.adjustments,
+    shedding: () => shedding?.status(),
+  });
 
   const limits: ClientLimits = { ...DEFAULT_CLIENT_LIMITS, ...options.clientLimits };
   const lifecycle: LifecycleContext = {
@@ -144,8 +187,21 @@ export async function startGateway(options: GatewayOptions, outcomes?: OutcomeSi
     upstreamTimeoutMs: options.requestTimeoutSecs * 1000,
     // The cost ceiling: configured, else the largest context a worker reports, else a constant.
     maxCostTokens: () => options.maxCostTokens ?? workers.contextLength ?? DEFAULT_MAX_COST_TOKENS,
+    shedding,
+    capacityMetrics,
+    feedback: adaptive,
   };
-  const leases: LeaseContext = { admission: active, workers, budgets, metrics, activity, outcomes, logger };
+  const leases: LeaseContext = {
+    admission: active,
+    workers,
+    budgets,
+    metrics,
+    activity,
+    outcomes,
+    logger,
+    feedback: adaptive,
+    shedding,
+  };
 
   function handle(req: IncomingMessage, res: ServerResponse): void {
     const requestId = requestIdFor(req.headers["x-request-id"]);
@@ -267,6 +323,9 @@ export async function startGateway(options: GatewayOptions, outcomes?: OutcomeSi
       queued: snapshot.queued,
       classes: snapshot.classes,
       tenants: perTenant,
+      capacity_mode: adaptive === undefined ? "static" : "adaptive",
+      adaptive: adaptive?.snapshot() ?? null,
+      shedding: shedding?.status() ?? null,
     };
   }
 
@@ -291,6 +350,8 @@ export async function startGateway(options: GatewayOptions, outcomes?: OutcomeSi
         server.close(() => resolve());
         server.closeAllConnections();
       });
+      adaptive?.stop();
+      shedding?.stop();
       await workers.close();
       throw err;
     }
@@ -303,12 +364,16 @@ export async function startGateway(options: GatewayOptions, outcomes?: OutcomeSi
     admission: active,
     workers,
     capacity,
+    adaptive,
+    shedding,
     metrics,
     budgets,
     adminServer,
     reload,
     status,
     async close() {
+      adaptive?.stop();
+      shedding?.stop();
       await adminServer?.close();
       await new Promise<void>((resolve) => {
         server.close(() => resolve());

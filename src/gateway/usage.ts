@@ -148,6 +148,11 @@ export class UsageReader {
     this.strip = strip && this.sse;
   }
 
+  /** The answer is an SSE stream. */
+  get isStream(): boolean {
+    return this.sse;
+  }
+
   get changesLength(): boolean {
     return this.strip;
   }

@@ -1,0 +1,824 @@
+/**
+ * Adaptive capacity: one controller per worker pool turns normalized latency into a concurrency
+ * limit (issue 12, part 1). Pure and synchronous: no timers, no wall clock. The caller feeds
+ * samples (`observe`), the in-flight level (`sampleUsage`) and closes each window with `tick()`,
+ * which reads `clock.now()` only to measure elapsed time; under a ManualClock every run repeats.
+ *
+ * Signals. End-to-end time means nothing for LLM serving (a long answer is slow and healthy), so
+ * only two normalized latencies count:
+ *  - TPOT, time per output token: the window's p90 against one TPOT baseline;
+ *  - TTFT per prompt-length bucket (prompt tokens < 256, < 1 Ki, < 4 Ki, < 16 Ki, more): each
+ *    bucket's p90 against that bucket's own baseline, so a mix shift to long prompts is no signal.
+ * ratio = max(TPOT p90 / TPOT baseline, max over buckets of p90 / bucket baseline), counting only a
+ * store with >= minSamples samples; a store short of them carries over to the next window (at most
+ * maxCarryWindows), so a pool with few completions per second still decides, less often.
+ * gradient = 1 / ratio. Each store keeps at most sampleCap samples (reservoir sampling with a
+ * fixed-seed PRNG): memory is bounded (7 stores) and runs are deterministic.
+ *
+ * The law, once per window (`tick`), first matching rule wins ("in use": the window's in-flight
+ * peak >= utilization * limit, or queued work):
+ *  0. draining: the in-flight peak is above the limit (the last decrease has not taken effect):
+ *     hold; the window's samples and errors are dropped (they describe the old limit).
+ *  1. overload: >= 1 worker 429/503/timeout: limit = floor(limit * overloadFactor), one decrease
+ *     per window however many errors.
+ *  2. slo: TPOT p90 > tpotSloMs or TTFT p90 (all prompts) > ttftSloMs: shrink with
+ *     g = max(minGradient, min(gradient, slo / p90)): limit = floor(limit * (1 - smoothing * (1 - g))).
+ *  3. decrease: ratio > decreaseAbove: the same shrink with g = max(minGradient, gradient), so a
+ *     step takes at most smoothing * (1 - minGradient) = 10%.
+ *  4. increase: ratio <= increaseBelow and the limit is in use: limit += max(1, floor(limit * increaseStep)).
+ *  5. hold: the dead band increaseBelow < ratio <= decreaseAbove, an idle limit, or no signal.
+ * Every decrease takes at least 1; the result is clamped to [minCapacity, maxCapacity].
+ *
+ * Baselines follow the window p90s as an EMA over elapsed clock time: down with half-life
+ * baselineDownHalfLifeMs, up with baselineHalfLifeMs. They freeze in overload and SLO windows, so a
+ * long incident above an SLO never becomes the new normal (and the TPOT baseline stays <= the SLO).
+ *
+ * Probes. A baseline measured at an overloaded operating point hides that overload for good, and
+ * one that absorbs the controller's own increases drifts up; only a lower concurrency can tell. A
+ * probe steps down, limit = floor(min(limit, in-flight peak) * probeStep), one step a window, while
+ * each step costs less than probeSlack of the throughput (in-flight peak / TPOT p90): past the knee
+ * a step cuts latency more than concurrency and goes on, below it the step is pure loss and stops.
+ * The first step that stops the probe is undone, and its window's p90s become the baselines.
+ * Probes run:
+ *  - at cold start ("calibrating"): the limit starts at the discovered capacity (the workers'
+ *    max_running_requests) clamped to the bounds, and only probe steps, overload and SLO rules
+ *    apply until the first probe ends (stepping from the in-flight peak, a cold start also finds
+ *    an overload when demand sits under the discovered capacity; an idle pool pays one window);
+ *  - when the baseline looks stale ("probing"): probeAfterDecreases latency decreases in a row
+ *    (the latency does not come down: is it load?), TPOT ratio < 1 / decreaseAbove while in use
+ *    (the baseline is too high), every probeIntervalMs, or on `recalibrate()`. A re-probe starts
+ *    only in an in-use window with a TPOT signal, no error and no SLO breach, and gives up (the old
+ *    baselines stay) at a window that is not so.
+ *
+ * Bounds: a limit that would leave [minCapacity, maxCapacity] stays at the bound; the first such
+ * window of an episode calls `onBound` (and `snapshot().bound` says which); probe steps do not
+ * end an episode. Only the constructor throws (a ConfigError naming the YAML key).
+ *
+ * Defaults (option, YAML key, value):
+ *   minCapacity            adaptive_min_capacity                 required, integer >= 1
+ *   maxCapacity            adaptive_max_capacity                 required, integer >= min
+ *   initialCapacity        initial_capacity (discovered, no YAML) required, finite >= 0, clamped
+ *   tpotSloMs              tpot_slo_ms                           none (optional, > 0)
+ *   ttftSloMs              ttft_slo_ms                           none (optional, > 0)
+ *   windowMs               adaptive_window_ms                    1000
+ *   baselineHalfLifeMs     adaptive_baseline_half_life_ms        60000 (baseline rising)
+ *   baselineDownHalfLifeMs adaptive_baseline_down_half_life_ms   5000 (baseline falling)
+ *   increaseBelow          adaptive_increase_below               1.1 (ratio "at baseline")
+ *   decreaseAbove          adaptive_decrease_above               1.25 (dead band 1.1 .. 1.25)
+ *   increaseStep           adaptive_increase_step                0.05 (+max(1, 5%))
+ *   decreaseSmoothing      adaptive_decrease_smoothing           0.2
+ *   minGradient            adaptive_min_gradient                 0.5
+ *   overloadFactor         adaptive_overload_factor              0.8
+ *   utilization            adaptive_utilization                  0.9
+ *   minSamples             adaptive_min_samples                  10 (per store)
+ *   maxCarryWindows        adaptive_max_carry_windows            30
+ *   sampleCap              adaptive_sample_cap                   512 (per store; <= 65536)
+ *   probeStep              adaptive_probe_step                   0.9
+ *   probeSlack             adaptive_probe_slack                  0.05 (< 1 - probeStep)
+ *   probeIntervalMs        adaptive_probe_interval_ms            60000 (0: never)
+ *   probeAfterDecreases    adaptive_probe_after_decreases        5 (0: never)
+ */
+import type { Clock } from "../core/clock.js";
+import { ConfigError } from "../core/errors.js";
+
+/**
+ * One observation of a request. An `ok` sample carries a TTFT (with the prompt length that picks
+ * its bucket), a TPOT, or both: a gateway may report TTFT at the first token and TPOT as the
+ * stream progresses (chunk timing over the window, so it describes the current concurrency) or
+ * once at the end ((duration - TTFT) / (output tokens - 1)).
+ */
+export type AdaptiveSample =
+  | {
+      kind: "ok";
+      /** Dispatch to the worker -> first token, ms (the admission queue wait excluded). */
+      ttftMs: number;
+      promptTokens: number;
+      /** Time per output token, ms; undefined when the answer had 0-1 output tokens. */
+      tpotMs?: number | undefined;
+    }
+  | { kind: "ok"; tpotMs: number; ttftMs?: undefined; promptTokens?: number | undefined }
+  /** The worker answered 429 or 503, or timed out. */
+  | { kind: "overload" }
+  /** Accepted so a caller can pass every outcome; they give no sample. */
+  | { kind: "cancelled" }
+  | { kind: "preempted" };
+
+export type AdaptiveDecision = "increase" | "decrease" | "hold" | "overload" | "slo";
+
+export interface AdaptiveBoundEvent {
+  bound: "min" | "max";
+  /** The limit in force (the bound). */
+  limit: number;
+  /** What the law wanted. */
+  wanted: number;
+}
+
+export interface AdaptiveTuning {
+  windowMs: number;
+  baselineHalfLifeMs: number;
+  baselineDownHalfLifeMs: number;
+  increaseBelow: number;
+  decreaseAbove: number;
+  increaseStep: number;
+  decreaseSmoothing: number;
+  minGradient: number;
+  overloadFactor: number;
+  utilization: number;
+  minSamples: number;
+  maxCarryWindows: number;
+  sampleCap: number;
+  probeStep: number;
+  probeSlack: number;
+  probeIntervalMs: number;
+  probeAfterDecreases: number;
+}
+
+export interface AdaptiveLimitOptions extends Partial<AdaptiveTuning> {
+  minCapacity: number;
+  maxCapacity: number;
+  /** The discovered capacity (the workers' max_running_requests); clamped to the bounds. */
+  initialCapacity: number;
+  tpotSloMs?: number | undefined;
+  ttftSloMs?: number | undefined;
+  /** Called once when the limit gets pinned at a bound (again after it has left it). */
+  onBound?: ((event: AdaptiveBoundEvent) => void) | undefined;
+}
+
+export interface ResolvedAdaptiveLimitOptions extends AdaptiveTuning {
+  minCapacity: number;
+  maxCapacity: number;
+  initialCapacity: number;
+  tpotSloMs: number | undefined;
+  ttftSloMs: number | undefined;
+}
+
+export const ADAPTIVE_LIMIT_DEFAULTS: Readonly<AdaptiveTuning> = Object.freeze({
+  windowMs: 1000,
+  baselineHalfLifeMs: 60_000,
+  baselineDownHalfLifeMs: 5000,
+  increaseBelow: 1.1,
+  decreaseAbove: 1.25,
+  increaseStep: 0.05,
+  decreaseSmoothing: 0.2,
+  minGradient: 0.5,
+  overloadFactor: 0.8,
+  utilization: 0.9,
+  minSamples: 10,
+  maxCarryWindows: 30,
+  sampleCap: 512,
+  probeStep: 0.9,
+  probeSlack: 0.05,
+  probeIntervalMs: 60_000,
+  probeAfterDecreases: 5,
+});
+
+/** The YAML key each option is read from; validation errors name these. */
+export const ADAPTIVE_LIMIT_KEYS = Object.freeze({
+  minCapacity: "adaptive_min_capacity",
+  maxCapacity: "adaptive_max_capacity",
+  initialCapacity: "initial_capacity",
+  tpotSloMs: "tpot_slo_ms",
+  ttftSloMs: "ttft_slo_ms",
+  windowMs: "adaptive_window_ms",
+  baselineHalfLifeMs: "adaptive_baseline_half_life_ms",
+  baselineDownHalfLifeMs: "adaptive_baseline_down_half_life_ms",
+  increaseBelow: "adaptive_increase_below",
+  decreaseAbove: "adaptive_decrease_above",
+  increaseStep: "adaptive_increase_step",
+  decreaseSmoothing: "adaptive_decrease_smoothing",
+  minGradient: "adaptive_min_gradient",
+  overloadFactor: "adaptive_overload_factor",
+  utilization: "adaptive_utilization",
+  minSamples: "adaptive_min_samples",
+  maxCarryWindows: "adaptive_max_carry_windows",
+  sampleCap: "adaptive_sample_cap",
+  probeStep: "adaptive_probe_step",
+  probeSlack: "adaptive_probe_slack",
+  probeIntervalMs: "adaptive_probe_interval_ms",
+  probeAfterDecreases: "adaptive_probe_after_decreases",
+} as const satisfies Record<keyof ResolvedAdaptiveLimitOptions, string>);
+
+/** Largest sampleCap accepted (7 stores of 8-byte samples: 3.5 MiB per controller at most). */
+const MAX_SAMPLE_CAP = 65_536;
+
+/** Upper bounds (exclusive) of the TTFT prompt-length buckets; the last bucket is open. */
+export const TTFT_BUCKET_BOUNDS: readonly number[] = Object.freeze([256, 1024, 4096, 16384]);
+
+/** The TTFT bucket of a prompt of `promptTokens` tokens (0 .. TTFT_BUCKET_BOUNDS.length). */
+export function ttftBucketOf(promptTokens: number): number {
+  let i = 0;
+  while (i < TTFT_BUCKET_BOUNDS.length && !(promptTokens < TTFT_BUCKET_BOUNDS[i]!)) i++;
+  return i;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Validation (the same messages as src/core/config.ts; the core imports nothing but clock/errors)
+
+function num(value: unknown, key: string): number {
+  if (typeof value !== "number" || !Number.isFinite(value)) throw new ConfigError(key, "must be a number");
+  return value;
+}
+
+function intAtLeast(value: unknown, key: string, min: number): number {
+  const n = num(value, key);
+  if (!Number.isSafeInteger(n)) throw new ConfigError(key, "must be an integer");
+  if (n < min) throw new ConfigError(key, min === 1 ? "must be > 0" : `must be >= ${min}`);
+  return n;
+}
+
+function positive(value: unknown, key: string): number {
+  const n = num(value, key);
+  if (!(n > 0)) throw new ConfigError(key, "must be > 0");
+  return n;
+}
+
+function atLeastZero(value: unknown, key: string): number {
+  const n = num(value, key);
+  if (n < 0) throw new ConfigError(key, "must be >= 0");
+  return n;
+}
+
+/** lo < n < hi (open), or lo < n <= hi when `closedHigh`. */
+function between(value: unknown, key: string, lo: number, hi: number, closedHigh: boolean): number {
+  const n = num(value, key);
+  if (!(n > lo) || !(closedHigh ? n <= hi : n < hi)) {
+    throw new ConfigError(key, `must be > ${lo} and ${closedHigh ? "<=" : "<"} ${hi}`);
+  }
+  return n;
+}
+
+/**
+ * Validates the options and fills in the defaults. Throws a ConfigError naming the YAML key of the
+ * first bad value (e.g. `adaptive_min_capacity: must be <= adaptive_max_capacity (10 > 5)`).
+ */
+export function resolveAdaptiveLimitOptions(options: AdaptiveLimitOptions): ResolvedAdaptiveLimitOptions {
+  const K = ADAPTIVE_LIMIT_KEYS;
+  const d = ADAPTIVE_LIMIT_DEFAULTS;
+  const pick = <T extends keyof AdaptiveTuning>(k: T): unknown => options[k] ?? d[k];
+  const minCapacity = intAtLeast(options.minCapacity, K.minCapacity, 1);
+  const maxCapacity = intAtLeast(options.maxCapacity, K.maxCapacity, 1);
+  if (minCapacity > maxCapacity) {
+    throw new ConfigError(K.minCapacity, `must be <= ${K.maxCapacity} (${minCapacity} > ${maxCapacity})`);
+  }
+  const initialCapacity = atLeastZero(options.initialCapacity, K.initialCapacity);
+  const tpotSloMs = options.tpotSloMs === undefined ? undefined : positive(options.tpotSloMs, K.tpotSloMs);
+  const ttftSloMs = options.ttftSloMs === undefined ? undefined : positive(options.ttftSloMs, K.ttftSloMs);
+  const increaseBelow = num(pick("increaseBelow"), K.increaseBelow);
+  if (increaseBelow < 1) throw new ConfigError(K.increaseBelow, "must be >= 1");
+  const decreaseAbove = num(pick("decreaseAbove"), K.decreaseAbove);
+  if (!(decreaseAbove >= increaseBelow)) {
+    throw new ConfigError(K.decreaseAbove, `must be >= ${K.increaseBelow} (${increaseBelow})`);
+  }
+  const minSamples = intAtLeast(pick("minSamples"), K.minSamples, 1);
+  const sampleCap = intAtLeast(pick("sampleCap"), K.sampleCap, 1);
+  if (sampleCap > MAX_SAMPLE_CAP) throw new ConfigError(K.sampleCap, `must be <= ${MAX_SAMPLE_CAP}`);
+  if (sampleCap < minSamples) {
+    throw new ConfigError(K.sampleCap, `must be >= ${K.minSamples} (${sampleCap} < ${minSamples})`);
+  }
+  const probeStep = between(pick("probeStep"), K.probeStep, 0, 1, false);
+  const probeSlack = num(pick("probeSlack"), K.probeSlack);
+  if (!(probeSlack >= 0 && probeSlack < 1 - probeStep)) {
+    // A step in the flat region costs 1 - probeStep of the throughput: it must stop the probe.
+    throw new ConfigError(
+      K.probeSlack,
+      `must be >= 0 and < 1 - ${K.probeStep} (${Number((1 - probeStep).toFixed(6))})`,
+    );
+  }
+  return {
+    minCapacity,
+    maxCapacity,
+    initialCapacity,
+    tpotSloMs,
+    ttftSloMs,
+    windowMs: positive(pick("windowMs"), K.windowMs),
+    baselineHalfLifeMs: positive(pick("baselineHalfLifeMs"), K.baselineHalfLifeMs),
+    baselineDownHalfLifeMs: positive(pick("baselineDownHalfLifeMs"), K.baselineDownHalfLifeMs),
+    increaseBelow,
+    decreaseAbove,
+    increaseStep: between(pick("increaseStep"), K.increaseStep, 0, 1, true),
+    decreaseSmoothing: between(pick("decreaseSmoothing"), K.decreaseSmoothing, 0, 1, true),
+    minGradient: between(pick("minGradient"), K.minGradient, 0, 1, false),
+    overloadFactor: between(pick("overloadFactor"), K.overloadFactor, 0, 1, false),
+    utilization: between(pick("utilization"), K.utilization, 0, 1, true),
+    minSamples,
+    maxCarryWindows: intAtLeast(pick("maxCarryWindows"), K.maxCarryWindows, 1),
+    sampleCap,
+    probeStep,
+    probeSlack,
+    probeIntervalMs: atLeastZero(pick("probeIntervalMs"), K.probeIntervalMs),
+    probeAfterDecreases: intAtLeast(pick("probeAfterDecreases"), K.probeAfterDecreases, 0),
+  };
+}
+
+// ---------------------------------------------------------------------------------------------
+// Bounded sample stores
+
+/** mulberry32: a tiny deterministic PRNG for the reservoirs (uniform in [0, 1)). */
+function prng(seed: number): () => number {
+  let a = seed >>> 0;
+  return () => {
+    a = (a + 0x6d2b79f5) >>> 0;
+    let t = a;
+    t = Math.imul(t ^ (t >>> 15), t | 1);
+    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
+    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
+  };
+}
+
+/** A fixed-size uniform sample (Algorithm R) of the values offered since the last reset. */
+class Reservoir {
+  readonly values: Float64Array;
+  /** Values retained (<= capacity). */
+  size = 0;
+  /** Values offered since the last reset. */
+  seen = 0;
+  /** Windows closed since the last reset without enough samples. */
+  carried = 0;
+  /** Baseline learnt from this store's p90s (undefined until the first one). */
+  baseline: number | undefined = undefined;
+  /** Clock time of the baseline's last update. */
+  updatedAt = 0;
+  /** Last p90 evaluated. */
+  lastP90: number | undefined = undefined;
+
+  constructor(capacity: number) {
+    this.values = new Float64Array(capacity);
+  }
+
+  add(value: number, random: () => number): void {
+    this.seen++;
+    if (this.size < this.values.length) {
+      this.values[this.size++] = value;
+      return;
+    }
+    const j = Math.floor(random() * this.seen);
+    if (j < this.values.length) this.values[j] = value;
+  }
+
+  reset(): void {
+    this.size = 0;
+    this.seen = 0;
+    this.carried = 0;
+  }
+
+  /** The p90 (nearest rank) of the retained values, sorted in `scratch`. */
+  p90(scratch: Float64Array): number {
+    const sorted = scratch.subarray(0, this.size);
+    sorted.set(this.values.subarray(0, this.size));
+    sorted.sort();
+    return sorted[Math.max(0, Math.ceil(0.9 * this.size) - 1)]!;
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// The controller
+
+export type AdaptivePhase = "calibrating" | "probing" | "tracking";
+
+/** What the admin API and the metrics show. Latencies are the last evaluated values (ms). */
+export interface AdaptiveLimitSnapshot {
+  limit: number;
+  minCapacity: number;
+  maxCapacity: number;
+  /** calibrating: the cold-start probe (no baselines yet); probing: a re-probe; tracking: the law. */
+  phase: AdaptivePhase;
+  tpotP90Ms: number | null;
+  tpotBaselineMs: number | null;
+  /** Max over the TTFT buckets of p90 / bucket baseline, last window with a TTFT signal. */
+  ttftRatio: number | null;
+  /** TTFT p90 over all prompts (the value ttftSloMs is held to). */
+  ttftP90Ms: number | null;
+  /** TTFT baseline per prompt-length bucket (null until learnt). */
+  ttftBaselinesMs: Array<number | null>;
+  /** max(TPOT ratio, TTFT ratio) of the last tracking window with a signal; gradient = 1 / ratio. */
+  ratio: number | null;
+  lastDecision: AdaptiveDecision;
+  /** Windows closed so far. */
+  windows: number;
+  /** Increases by the law (rule 4). */
+  increases: number;
+  /** Decreases by the law (rules 1-3); of which: */
+  decreases: number;
+  overloadDecreases: number;
+  sloDecreases: number;
+  /** Probes that ended by setting the baselines (the cold start included). */
+  probes: number;
+  /** Probe steps down (their undo is not counted as an increase). */
+  probeSteps: number;
+  /** The last window left the baselines where they were (SLO breach or overload). */
+  baselineFrozen: boolean;
+  /** The bound the limit is pinned at, or null. */
+  bound: "min" | "max" | null;
+  /** Samples retained in the stores now (bounded by 7 x sampleCap). */
+  storedSamples: number;
+  /** `ok` samples with a negative or non-finite value (or no value at all), dropped. */
+  invalidSamples: number;
+}
+
+const BUCKETS = TTFT_BUCKET_BOUNDS.length + 1;
+
+/** What one closed window measured. */
+interface WindowStats {
+  now: number;
+  limit: number;
+  /** In-flight peak of the window. */
+  peak: number;
+  inUse: boolean;
+  overloads: number;
+  tpotP90: number | undefined;
+  bucketP90: Array<number | undefined>;
+  sloBreach: boolean;
+  /** min over the breached SLOs of slo / p90 (1 when none is breached). */
+  sloGradient: number;
+}
+
+export class AdaptiveLimit {
+  readonly options: Readonly<ResolvedAdaptiveLimitOptions>;
+  private readonly clock: Clock;
+  private readonly onBound: ((event: AdaptiveBoundEvent) => void) | undefined;
+  private readonly random = prng(0x9e3779b9);
+  private readonly scratch: Float64Array;
+
+  private current: number;
+  private pinned: "min" | "max" | null = null;
+
+  private readonly tpot: Reservoir;
+  /** TTFT per prompt-length bucket. */
+  private readonly ttft: Reservoir[] = [];
+  /** TTFT over all prompts, for ttftSloMs (no baseline). */
+  private readonly ttftAll: Reservoir;
+  private readonly allStores: Reservoir[];
+
+  private windowStart: number;
+  private windowOverloads = 0;
+  /** Peak in-flight / queued reported in the window; -1 when nothing was reported. */
+  private windowPeak = -1;
+  private windowQueued = -1;
+  private lastInflight = 0;
+  private lastQueued = 0;
+
+  private phase: AdaptivePhase = "calibrating";
+  /** The probe step just taken: the limit before it, the concurrency run and the TPOT p90 there. */
+  private probePoint: { limit: number; ran: number; p90: number } | undefined = undefined;
+  /** A re-probe is due (recalibrate(), or a trigger that found the window unfit to start one). */
+  private probeWanted = false;
+  private nextProbeAt: number;
+  private consecutiveDecreases = 0;
+
+  private lastDecision: AdaptiveDecision = "hold";
+  private lastRatio: number | undefined = undefined;
+  private lastTtftRatio: number | undefined = undefined;
+  private frozen = false;
+  private windows = 0;
+  private increases = 0;
+  private decreases = 0;
+  private overloadDecreases = 0;
+  private sloDecreases = 0;
+  private probes = 0;
+  private probeSteps = 0;
+  private invalidSamples = 0;
+
+  constructor(options: AdaptiveLimitOptions, clock: Clock) {
+    this.options = Object.freeze(resolveAdaptiveLimitOptions(options));
+    this.onBound = options.onBound;
+    this.clock = clock;
+    const cap = this.options.sampleCap;
+    this.scratch = new Float64Array(cap);
+    this.tpot = new Reservoir(cap);
+    for (let i = 0; i < BUCKETS; i++) this.ttft.push(new Reservoir(cap));
+    this.ttftAll = new Reservoir(cap);
+    this.allStores = [this.tpot, ...this.ttft, this.ttftAll];
+    this.windowStart = clock.now();
+    this.nextProbeAt = Number.POSITIVE_INFINITY;
+    this.current = this.options.minCapacity;
+    this.setLimit(Math.floor(this.options.initialCapacity));
+  }
+
+  /** The concurrency limit in force: an integer in [minCapacity, maxCapacity]. */
+  get limit(): number {
+    return this.current;
+  }
+
+  /** Records one request's outcome. Cancelled and preempted requests give no sample. */
+  observe(sample: AdaptiveSample): void {
+    if (sample.kind === "overload") {
+      this.windowOverloads++;
+      return;
+    }
+    if (sample.kind !== "ok") return;
+    const { ttftMs, tpotMs, promptTokens } = sample;
+    const ttftOk =
+      ttftMs === undefined || (ttftMs >= 0 && ttftMs < Number.POSITIVE_INFINITY && (promptTokens ?? -1) >= 0);
+    const tpotOk = tpotMs === undefined || (tpotMs >= 0 && tpotMs < Number.POSITIVE_INFINITY);
+    if (!ttftOk || !tpotOk || (ttftMs === undefined && tpotMs === undefined)) {
+      this.invalidSamples++;
+      return;
+    }
+    if (ttftMs !== undefined) {
+      this.ttft[ttftBucketOf(promptTokens!)]!.add(ttftMs, this.random);
+      this.ttftAll.add(ttftMs, this.random);
+    }
+    if (tpotMs !== undefined) this.tpot.add(tpotMs, this.random);
+  }
+
+  /**
+   * Reports the pool's in-flight requests and the admission queue behind it. Call it whenever
+   * they change (or at least once per window); a window's peak decides whether the limit is in
+   * use, and whether the last decrease has taken effect.
+   */
+  sampleUsage(inflight: number, queued = 0): void {
+    const n = inflight > 0 ? inflight : 0;
+    const q = queued > 0 ? queued : 0;
+    this.lastInflight = n;
+    this.lastQueued = q;
+    if (n > this.windowPeak) this.windowPeak = n;
+    if (q > this.windowQueued) this.windowQueued = q;
+  }
+
+  /** Asks for a probe at the next fit window (e.g. after a model change): the baselines are re-learnt. */
+  recalibrate(): void {
+    if (this.phase === "tracking") this.probeWanted = true;
+  }
+
+  /**
+   * Closes the window when windowMs has passed since the last close, applies the law and returns
+   * its decision; returns undefined (and changes nothing) when the window is not over yet.
+   */
+  tick(): AdaptiveDecision | undefined {
+    const now = this.clock.now();
+    const o = this.options;
+    if (now - this.windowStart < o.windowMs) return undefined;
+    this.windowStart = now;
+    this.windows++;
+
+    const limit = this.current;
+    const peak = this.windowPeak >= 0 ? this.windowPeak : this.lastInflight;
+    const queued = this.windowQueued >= 0 ? this.windowQueued : this.lastQueued;
+    this.windowPeak = -1;
+    this.windowQueued = -1;
+    const overloads = this.windowOverloads;
+    this.windowOverloads = 0;
+    this.frozen = false;
+
+    if (peak > limit) {
+      // Rule 0: the last decrease has not taken effect yet. The samples and errors of this window
+      // describe the old limit, and the decrease that answers them is already made.
+      for (const store of this.allStores) store.reset();
+      return this.decided("hold");
+    }
+
+    // Evaluate every store with enough samples; the others carry over (up to maxCarryWindows).
+    const tpotP90 = this.evaluate(this.tpot);
+    const bucketP90 = this.ttft.map((store) => this.evaluate(store));
+    const ttftAllP90 = this.evaluate(this.ttftAll);
+    let sloGradient = 1;
+    if (o.tpotSloMs !== undefined && tpotP90 !== undefined && tpotP90 > o.tpotSloMs) {
+      sloGradient = Math.min(sloGradient, o.tpotSloMs / tpotP90);
+    }
+    if (o.ttftSloMs !== undefined && ttftAllP90 !== undefined && ttftAllP90 > o.ttftSloMs) {
+      sloGradient = Math.min(sloGradient, o.ttftSloMs / ttftAllP90);
+    }
+    const w: WindowStats = {
+      now,
+      limit,
+      peak,
+      inUse: queued > 0 || peak >= o.utilization * limit,
+      overloads,
+      tpotP90,
+      bucketP90,
+      sloBreach: sloGradient < 1,
+      sloGradient,
+    };
+    this.frozen = overloads > 0 || w.sloBreach;
+
+    if (this.phase !== "tracking") return this.decided(this.probeWindow(w));
+    return this.decided(this.track(w));
+  }
+
+  snapshot(): AdaptiveLimitSnapshot {
+    let stored = 0;
+    for (const store of this.allStores) stored += store.size;
+    return {
+      limit: this.current,
+      minCapacity: this.options.minCapacity,
+      maxCapacity: this.options.maxCapacity,
+      phase: this.phase,
+      tpotP90Ms: this.tpot.lastP90 ?? null,
+      tpotBaselineMs: this.tpot.baseline ?? null,
+      ttftRatio: this.lastTtftRatio ?? null,
+      ttftP90Ms: this.ttftAll.lastP90 ?? null,
+      ttftBaselinesMs: this.ttft.map((store) => store.baseline ?? null),
+      ratio: this.lastRatio ?? null,
+      lastDecision: this.lastDecision,
+      windows: this.windows,
+      increases: this.increases,
+      decreases: this.decreases,
+      overloadDecreases: this.overloadDecreases,
+      sloDecreases: this.sloDecreases,
+      probes: this.probes,
+      probeSteps: this.probeSteps,
+      baselineFrozen: this.frozen,
+      bound: this.pinned,
+      storedSamples: stored,
+      invalidSamples: this.invalidSamples,
+    };
+  }
+
+  // -------------------------------------------------------------------------------------------
+
+  /** Rules 1-5 against the baselines, and the re-probe triggers. */
+  private track(w: WindowStats): AdaptiveDecision {
+    const o = this.options;
+    // Ratios against the baselines (a bucket seen for the first time sets its own).
+    let tpotRatio: number | undefined;
+    const tpotBase = this.tpot.baseline;
+    if (w.tpotP90 !== undefined && tpotBase !== undefined && tpotBase > 0) tpotRatio = w.tpotP90 / tpotBase;
+    let ttftRatio: number | undefined;
+    for (let i = 0; i < BUCKETS; i++) {
+      const p = w.bucketP90[i];
+      if (p === undefined) continue;
+      const store = this.ttft[i]!;
+      if (store.baseline === undefined) {
+        store.baseline = p;
+        store.updatedAt = w.now;
+      }
+      const r = store.baseline > 0 ? p / store.baseline : 1;
+      ttftRatio = ttftRatio === undefined ? r : Math.max(ttftRatio, r);
+    }
+    if (ttftRatio !== undefined) this.lastTtftRatio = ttftRatio;
+    const ratio =
+      tpotRatio === undefined
+        ? ttftRatio
+        : ttftRatio === undefined
+          ? tpotRatio
+          : Math.max(tpotRatio, ttftRatio);
+    if (ratio !== undefined) this.lastRatio = ratio;
+
+    // A re-probe, when due and this window can start one: in use, a TPOT signal, no error, no breach.
+    if (
+      (o.probeIntervalMs > 0 && w.now >= this.nextProbeAt) ||
+      (o.probeAfterDecreases > 0 && this.consecutiveDecreases >= o.probeAfterDecreases) ||
+      (tpotRatio !== undefined && tpotRatio < 1 / o.decreaseAbove && w.inUse)
+    ) {
+      this.probeWanted = true;
+    }
+    if (this.probeWanted && w.inUse && w.tpotP90 !== undefined && w.overloads === 0 && !w.sloBreach) {
+      this.probeWanted = false;
+      this.consecutiveDecreases = 0;
+      this.phase = "probing";
+      return this.probeWindow(w);
+    }
+
+    const gradient = ratio === undefined ? 1 : 1 / ratio;
+    // A decrease starts from what ran: the latency measured is that of the in-flight peak, and a
+    // limit above it would take several steps before it binds at all.
+    const ran = w.peak > 0 ? Math.min(w.limit, w.peak) : w.limit;
+    let decision: AdaptiveDecision;
+    if (w.overloads > 0) {
+      decision = this.shrink(ran * o.overloadFactor, "overload");
+    } else if (w.sloBreach) {
+      decision = this.shrink(this.shrunk(ran, Math.min(gradient, w.sloGradient)), "slo");
+    } else if (ratio === undefined) {
+      decision = "hold";
+    } else if (ratio > o.decreaseAbove) {
+      decision = this.shrink(this.shrunk(ran, gradient), "decrease");
+    } else if (ratio <= o.increaseBelow && w.inUse) {
+      decision = this.grow(w.limit + Math.max(1, Math.floor(w.limit * o.increaseStep)));
+    } else {
+      decision = "hold";
+    }
+    this.consecutiveDecreases = decision === "decrease" ? this.consecutiveDecreases + 1 : 0;
+
+    if (!this.frozen) {
+      this.follow(this.tpot, w.tpotP90, w.now);
+      for (let i = 0; i < BUCKETS; i++) this.follow(this.ttft[i]!, w.bucketP90[i], w.now);
+    }
+    return decision;
+  }
+
+  /**
+   * One window of a probe (phase calibrating or probing). Steps down while each step costs less
+   * than probeSlack of the throughput; the first that does not is undone and sets the baselines.
+   */
+  private probeWindow(w: WindowStats): AdaptiveDecision {
+    const o = this.options;
+    const cold = this.phase === "calibrating";
+    const fault = w.overloads > 0 || w.sloBreach;
+    // A re-probe needs the limit in use (it starts in such a window). A cold start steps down from
+    // the in-flight peak instead, so it also bites when demand sits under the discovered capacity.
+    if (!fault && w.tpotP90 === undefined && (cold || w.inUse)) {
+      return "hold"; // too few samples yet: they carry over and the probe waits for them
+    }
+    if (fault || w.tpotP90 === undefined || (!cold && !w.inUse)) {
+      // Nothing to compare with. A cold start starts its steps again at the next fit window; a
+      // re-probe gives up and keeps the baselines it had (a due probe is tried again later).
+      this.probePoint = undefined;
+      if (!cold) this.phase = "tracking";
+      const base = w.peak > 0 ? Math.min(w.limit, w.peak) : w.limit;
+      if (w.overloads > 0) return this.shrink(base * o.overloadFactor, "overload");
+      if (w.sloBreach) return this.shrink(this.shrunk(base, w.sloGradient), "slo");
+      return "hold";
+    }
+    const p90 = w.tpotP90;
+    const point = this.probePoint;
+    const ran = w.peak > 0 ? Math.min(w.limit, w.peak) : w.limit;
+    // Throughput of the window vs the one before the step (requests in flight / TPOT).
+    const improved = point === undefined || ran / p90 >= (1 - o.probeSlack) * (point.ran / point.p90);
+    if (improved && ran > o.minCapacity) {
+      this.probePoint = { limit: w.limit, ran, p90 };
+      return this.shrink(Math.max(o.minCapacity, Math.floor(ran * o.probeStep)), "decrease", true);
+    }
+    // The last step bought nothing (or no step is left): this window's latency is the baseline.
+    this.phase = "tracking";
+    this.probePoint = undefined;
+    this.probes++;
+    this.consecutiveDecreases = 0;
+    this.nextProbeAt = o.probeIntervalMs > 0 ? w.now + o.probeIntervalMs : Number.POSITIVE_INFINITY;
+    this.tpot.baseline = p90;
+    this.tpot.updatedAt = w.now;
+    for (let i = 0; i < BUCKETS; i++) {
+      const p = w.bucketP90[i];
+      if (p === undefined) continue;
+      this.ttft[i]!.baseline = p;
+      this.ttft[i]!.updatedAt = w.now;
+    }
+    if (point !== undefined && point.limit > w.limit) return this.grow(point.limit, true);
+    return "hold";
+  }
+
+  /** The store's p90 when it holds >= minSamples (then it is reset); else carries it over. */
+  private evaluate(store: Reservoir): number | undefined {
+    if (store.size >= this.options.minSamples) {
+      const p = store.p90(this.scratch);
+      store.lastP90 = p;
+      store.reset();
+      return p;
+    }
+    if (store.size > 0 && ++store.carried >= this.options.maxCarryWindows) store.reset();
+    return undefined;
+  }
+
+  /** Moves a baseline toward a window's p90: fast down, slow up, by elapsed time. */
+  private follow(store: Reservoir, p90: number | undefined, now: number): void {
+    if (p90 === undefined) return;
+    const o = this.options;
+    if (store.baseline === undefined) {
+      store.baseline = p90;
+    } else {
+      const halfLife = p90 < store.baseline ? o.baselineDownHalfLifeMs : o.baselineHalfLifeMs;
+      const alpha = 1 - 2 ** (-Math.max(0, now - store.updatedAt) / halfLife);
+      store.baseline += alpha * (p90 - store.baseline);
+    }
+    store.updatedAt = now;
+  }
+
+  /** limit * (1 - smoothing * (1 - max(minGradient, gradient))). */
+  private shrunk(limit: number, gradient: number): number {
+    const o = this.options;
+    return limit * (1 - o.decreaseSmoothing * (1 - Math.max(o.minGradient, Math.min(1, gradient))));
+  }
+
+  /**
+   * A probe step (and its undo) is counted apart from the law's moves, and keeps a pinned bound
+   * pinned: it is an excursion, not a move.
+   */
+  private shrink(wanted: number, kind: "decrease" | "overload" | "slo", probe = false): AdaptiveDecision {
+    const limit = this.current;
+    this.setLimit(Math.min(limit - 1, Math.floor(wanted)), probe);
+    if (this.current < limit) {
+      if (probe) this.probeSteps++;
+      else this.decreases++;
+      if (kind === "overload") this.overloadDecreases++;
+      if (kind === "slo") this.sloDecreases++;
+    }
+    return kind;
+  }
+
+  private grow(wanted: number, probe = false): AdaptiveDecision {
+    const limit = this.current;
+    this.setLimit(wanted, probe);
+    if (this.current > limit && !probe) this.increases++;
+    return "increase";
+  }
+
+  /** Clamps to the bounds; reports the first clamp of an episode at a bound. */
+  private setLimit(wanted: number, keepPin = false): void {
+    const { minCapacity: min, maxCapacity: max } = this.options;
+    const bound = wanted > max ? "max" : wanted < min ? "min" : null;
+    const next = bound === "max" ? max : bound === "min" ? min : wanted;
+    if (bound !== null) {
+      if (this.pinned !== bound) {
+        this.pinned = bound;
+        this.onBound?.({ bound, limit: next, wanted });
+      }
+    } else if (!keepPin && next > min && next < max) {
+      this.pinned = null;
+    }
+    this.current = next;
+  }
+
+  private decided(decision: AdaptiveDecision): AdaptiveDecision {
+    this.lastDecision = decision;
+    return decision;
+  }
+}

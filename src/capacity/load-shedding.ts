@@ -1,0 +1,160 @@
+/**
+ * Shedding at the door, for the gateway and the simulator alike: the prioritizer (levels by class and
+ * recent usage, a threshold calibrated from the queue) and keyed shedding (a percentage regulated by
+ * queue delay, one answer per session per rotation window). Both recalibrate once per second on the
+ * injected clock; check() is the per-request question, a few Map lookups.
+ *
+ * What each sheds: the prioritizer any class but system (interactive only once bulk and default
+ * are shed, by construction of its levels); keyed shedding only the classes it lists (default bulk
+ * and default; never system). docs/adaptive.md states both laws and every default.
+ */
+import type { PriorityClass } from "../core/class.js";
+import type { Clock, TimerHandle } from "../core/clock.js";
+import { ConfigError } from "../core/errors.js";
+import { KeyedAdmission, type KeyedAdmissionOptions, type KeyedAdmissionStatus } from "./keyed-admission.js";
+import { Prioritizer, type PrioritizerOptions, type PrioritizerStatus } from "./prioritizer.js";
+
+export interface KeyedSheddingOptions extends KeyedAdmissionOptions {
+  /** The request header naming a session; without it the tenant is the key. */
+  header?: string;
+  /** Classes keyed shedding applies to (default bulk and default). */
+  classes?: PriorityClass[];
+}
+
+export interface LoadSheddingOptions {
+  /** Prioritized shedding; off when absent. */
+  prioritized?: PrioritizerOptions | undefined;
+  /** Keyed shedding; off when absent. */
+  keyed?: KeyedSheddingOptions | undefined;
+}
+
+export type ShedReason = "level" | "codel" | "keyed";
+
+export type ShedVerdict =
+  | { readonly shed: false }
+  | { shed: true; reason: ShedReason; retryAfterSecs: number };
+
+export interface LoadSheddingStatus {
+  prioritized: (PrioritizerStatus & { maxQueueWaitMs: number }) | null;
+  keyed: (KeyedAdmissionStatus & { header: string; classes: PriorityClass[] }) | null;
+}
+
+const PASS: ShedVerdict = Object.freeze({ shed: false });
+const CALIBRATION_MS = 1000;
+
+export class LoadShedding {
+  readonly prioritizer: Prioritizer | undefined;
+  readonly keyed: KeyedAdmission | undefined;
+  readonly sessionHeader: string | undefined;
+  private readonly keyedClasses: ReadonlySet<PriorityClass>;
+  /** Queued requests per class and tenant: the prioritizer's level histogram. */
+  private readonly queued = new Map<PriorityClass, Map<string, number>>();
+  private timer: TimerHandle | undefined;
+  private stopped = false;
+
+  constructor(
+    private readonly options: LoadSheddingOptions,
+    private readonly clock: Clock,
+  ) {
+    this.prioritizer = options.prioritized ? new Prioritizer(options.prioritized, clock) : undefined;
+    const keyed = options.keyed;
+    if (keyed !== undefined) {
+      const classes = keyed.classes ?? ["bulk", "default"];
+      if (classes.includes("system")) throw new ConfigError("keyed_shedding.classes", "system is never shed");
+      this.keyedClasses = new Set(classes);
+      this.keyed = new KeyedAdmission(keyed, clock);
+      this.sessionHeader = (keyed.header ?? "x-session-id").toLowerCase();
+    } else {
+      this.keyedClasses = new Set();
+    }
+  }
+
+  get enabled(): boolean {
+    return this.prioritizer !== undefined || this.keyed !== undefined;
+  }
+
+  /** Starts the once-a-second calibration. */
+  start(): void {
+    if (!this.enabled || this.timer !== undefined || this.stopped) return;
+    const round = (): void => {
+      if (this.stopped) return;
+      this.calibrate();
+      this.timer = this.clock.setTimer(round, CALIBRATION_MS);
+    };
+    this.timer = this.clock.setTimer(round, CALIBRATION_MS);
+  }
+
+  stop(): void {
+    this.stopped = true;
+    if (this.timer !== undefined) this.clock.clearTimer(this.timer);
+    this.timer = undefined;
+  }
+
+  /** One calibration: the prioritizer's threshold from the queue, the keyed percentage from delay. */
+  calibrate(): void {
+    const p = this.prioritizer;
+    if (p !== undefined) {
+      const histogram: Array<{ level: number; count: number }> = [];
+      for (const [cls, byTenant] of this.queued) {
+        for (const [tenant, count] of byTenant) histogram.push({ level: p.level(cls, tenant), count });
+      }
+      p.calibrate(histogram);
+    }
+    this.keyed?.tick();
+  }
+
+  /** Should this arrival be refused at the door? `session` is the session header's value, if any. */
+  check(cls: PriorityClass, tenant: string, session: string | undefined): ShedVerdict {
+    if (cls === "system") return PASS;
+    const p = this.prioritizer;
+    if (p?.shouldShed(cls, p.level(cls, tenant))) {
+      const codel = p.threshold <= p.level(cls, tenant);
+      return { shed: true, reason: codel ? "codel" : "level", retryAfterSecs: p.retryAfterSecs() };
+    }
+    const k = this.keyed;
+    if (k !== undefined && this.keyedClasses.has(cls) && k.reject(session || tenant)) {
+      return {
+        shed: true,
+        reason: "keyed",
+        retryAfterSecs: Math.max(1, Math.min(86_400, Math.ceil(k.msToRotation() / 1000))),
+      };
+    }
+    return PASS;
+  }
+
+  /** A request of `tenant` entered (+1) or left (-1) the queue of `cls`. */
+  queue(cls: PriorityClass, tenant: string, delta: number): void {
+    if (this.prioritizer === undefined) return;
+    let byTenant = this.queued.get(cls);
+    if (byTenant === undefined) {
+      byTenant = new Map();
+      this.queued.set(cls, byTenant);
+    }
+    const n = (byTenant.get(tenant) ?? 0) + delta;
+    if (n <= 0) byTenant.delete(tenant);
+    else byTenant.set(tenant, n);
+  }
+
+  /** How long a request of `cls` waited for its slot (admitted or not). */
+  queueWait(cls: PriorityClass, waitMs: number): void {
+    this.prioritizer?.recordQueueWait(cls, waitMs);
+    if (this.keyedClasses.has(cls)) this.keyed?.observeDelay(waitMs);
+  }
+
+  /** A served request's tokens: usage levels and the completion rate. */
+  served(cls: PriorityClass, tenant: string, tokens: number): void {
+    const p = this.prioritizer;
+    if (p === undefined) return;
+    p.recordCompletion();
+    p.recordUsage(cls, tenant, tokens);
+  }
+
+  status(): LoadSheddingStatus {
+    const p = this.prioritizer;
+    const k = this.keyed;
+    return {
+      prioritized: p ? { ...p.status(), maxQueueWaitMs: this.options.prioritized!.maxQueueWaitMs } : null,
+      keyed: k ? { ...k.status(), header: this.sessionHeader!, classes: [...this.keyedClasses] } : null,
+    };
+  }
+}

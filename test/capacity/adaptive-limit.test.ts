@@ -1,0 +1,641 @@
+import assert from "node:assert/strict";
+import { readFileSync } from "node:fs";
+import { describe, test } from "node:test";
+import {
+  ADAPTIVE_LIMIT_DEFAULTS,
+  ADAPTIVE_LIMIT_KEYS,
+  type AdaptiveBoundEvent,
+  type AdaptiveDecision,
+  AdaptiveLimit,
+  type AdaptiveLimitOptions,
+  resolveAdaptiveLimitOptions,
+  TTFT_BUCKET_BOUNDS,
+  ttftBucketOf,
+} from "../../src/capacity/adaptive-limit.js";
+import { ManualClock } from "../../src/core/clock.js";
+import { ConfigError } from "../../src/core/errors.js";
+
+// ---------------------------------------------------------------------------------------------
+// A simulated worker pool with a knee, driven window by window (1 window = windowMs = 1 s).
+
+/** mulberry32: deterministic jitter for the simulated samples. */
+function prng(seed: number): () => number {
+  let a = seed >>> 0;
+  return () => {
+    a = (a + 0x6d2b79f5) >>> 0;
+    let t = a;
+    t = Math.imul(t ^ (t >>> 15), t | 1);
+    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
+    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
+  };
+}
+
+interface WorkerModel {
+  /** Concurrency up to which latency is flat. */
+  knee: number;
+  /** TPOT at or below the knee, ms. */
+  baseTpotMs: number;
+  /** Past the knee latency is base * (1 + slope * (c - knee)). */
+  slope: number;
+  /** TTFT = (ttftFixedMs + ttftPerTokenMs * promptTokens) * load factor. */
+  ttftFixedMs: number;
+  ttftPerTokenMs: number;
+  /** A worker-wide slowdown (1 = none): every latency is multiplied by it. */
+  slowdown: number;
+}
+
+const KNEE = 16;
+const BASE_TPOT = 20;
+
+function worker(overrides: Partial<WorkerModel> = {}): WorkerModel {
+  return {
+    knee: KNEE,
+    baseTpotMs: BASE_TPOT,
+    slope: 0.5,
+    ttftFixedMs: 30,
+    ttftPerTokenMs: 0.1,
+    slowdown: 1,
+    ...overrides,
+  };
+}
+
+function loadFactor(w: WorkerModel, c: number): number {
+  return (c <= w.knee ? 1 : 1 + w.slope * (c - w.knee)) * w.slowdown;
+}
+
+const shortPrompt = (r: () => number) => 100 + Math.floor(r() * 100);
+const longPrompt = (r: () => number) => 8000 + Math.floor(r() * 4000);
+
+/**
+ * Fluid model: each window the pool runs c = min(limit, demand) requests, reports that level and
+ * the queue behind it, and max(12, c) completions whose TPOT and TTFT follow the model at c, with
+ * +-5% jitter.
+ */
+class Sim {
+  readonly clock = new ManualClock();
+  readonly ctl: AdaptiveLimit;
+  readonly model: WorkerModel;
+  readonly rand: () => number;
+  demand = 100;
+  prompt: (r: () => number) => number = shortPrompt;
+
+  constructor(options: Partial<AdaptiveLimitOptions> = {}, model = worker(), seed = 1) {
+    this.model = model;
+    this.rand = prng(seed);
+    this.ctl = new AdaptiveLimit(
+      { minCapacity: 1, maxCapacity: 256, initialCapacity: 64, ...options },
+      this.clock,
+    );
+  }
+
+  window(): AdaptiveDecision | undefined {
+    const c = Math.min(this.ctl.limit, this.demand);
+    this.ctl.sampleUsage(c, this.demand - c);
+    const f = loadFactor(this.model, c);
+    const n = c > 0 ? Math.max(12, c) : 0;
+    for (let i = 0; i < n; i++) {
+      const promptTokens = this.prompt(this.rand);
+      const jitter = () => 0.95 + 0.1 * this.rand();
+      this.ctl.observe({
+        kind: "ok",
+        promptTokens,
+        ttftMs: (this.model.ttftFixedMs + this.model.ttftPerTokenMs * promptTokens) * f * jitter(),
+        tpotMs: this.model.baseTpotMs * f * jitter(),
+      });
+    }
+    this.clock.advance(1000);
+    return this.ctl.tick();
+  }
+
+  /** Runs `n` windows; returns the limit after each. */
+  run(n: number): number[] {
+    const limits: number[] = [];
+    for (let i = 0; i < n; i++) {
+      this.window();
+      limits.push(this.ctl.limit);
+    }
+    return limits;
+  }
+}
+
+const LOW = 0.8 * KNEE; // 12.8
+const HIGH = 1.25 * KNEE; // 20
+const inBand = (limit: number) => limit >= LOW && limit <= HIGH;
+
+/** Windows until the limit is in the band (1-based), or Infinity. */
+function windowsToBand(limits: number[]): number {
+  const i = limits.findIndex(inBand);
+  return i < 0 ? Number.POSITIVE_INFINITY : i + 1;
+}
+
+function range(limits: number[]): [number, number] {
+  return [Math.min(...limits), Math.max(...limits)];
+}
+
+function configError(fn: () => unknown, what: string): ConfigError {
+  try {
+    fn();
+  } catch (err) {
+    assert.ok(err instanceof ConfigError, `${what}: expected a ConfigError, got ${String(err)}`);
+    return err;
+  }
+  assert.fail(`${what}: expected a ConfigError`);
+}
+
+const BOUNDS = { minCapacity: 1, maxCapacity: 256, initialCapacity: 64 };
+
+// ---------------------------------------------------------------------------------------------
+
+describe("AdaptiveLimit: cold start", () => {
+  test("from a reported capacity of 64 (knee 16) it converges into [0.8, 1.25] x knee and stays there", (t) => {
+    const sim = new Sim();
+    const limits: number[] = [];
+    let calibrated = 0;
+    for (let w = 0; w < 330; w++) {
+      sim.window();
+      limits.push(sim.ctl.limit);
+      if (calibrated === 0 && sim.ctl.snapshot().phase === "tracking") calibrated = w + 1;
+    }
+    const reached = windowsToBand(limits);
+    const steady = limits.slice(30);
+    t.diagnostic(
+      `in band after ${reached} windows, calibrated after ${calibrated} (limit ${limits[calibrated - 1]}); ` +
+        `steady range ${range(steady).join("..")}`,
+    );
+    assert.ok(calibrated <= 30);
+    assert.ok(reached <= 30, `converged after ${reached} windows`);
+    assert.ok(limits.slice(reached - 1).every(inBand), "left the band after converging");
+    assert.deepEqual(range(steady), [13, 17]);
+    const s = sim.ctl.snapshot();
+    assert.equal(s.phase, "tracking");
+    assert.ok(Math.abs(s.tpotBaselineMs! / (BASE_TPOT * 1.05) - 1) < 0.05, `baseline ${s.tpotBaselineMs}`);
+    // Probes re-anchor the baseline about once a minute and dip at most one step below it.
+    assert.ok(s.probes >= 5, `probes ${s.probes}`);
+  });
+
+  test("below the knee with enough demand it grows to the knee", (t) => {
+    const sim = new Sim({ initialCapacity: 8 });
+    const limits = sim.run(300);
+    const reached = windowsToBand(limits);
+    t.diagnostic(
+      `8 -> band after ${reached} windows; range after ${range(limits.slice(reached - 1)).join("..")}`,
+    );
+    assert.ok(reached <= 15, `reached the band after ${reached} windows`);
+    assert.ok(limits.slice(reached - 1).every(inBand));
+  });
+
+  test("an idle limit never grows (in-flight well under the limit, no queue)", () => {
+    const sim = new Sim({ initialCapacity: 8 });
+    sim.demand = 4; // below 0.9 x 8
+    const limits = sim.run(500);
+    assert.ok(limits.every((l) => l <= 8));
+    assert.equal(sim.ctl.snapshot().increases, 0);
+
+    // A big limit over light, healthy traffic stays where it is: the cold-start probe costs one
+    // window (a step from the in-flight peak that buys nothing is undone), then nothing moves.
+    const big = new Sim({ initialCapacity: 64 });
+    big.demand = 10;
+    const bigLimits = big.run(500);
+    assert.deepEqual(bigLimits.slice(0, 2), [9, 64]);
+    assert.ok(bigLimits.slice(1).every((l) => l === 64));
+    assert.equal(big.ctl.snapshot().phase, "tracking");
+    assert.equal(big.ctl.snapshot().probes, 1);
+  });
+
+  test("demand under the reported capacity but past the knee (40 of 64): the cold start still finds the knee", (t) => {
+    const sim = new Sim();
+    sim.demand = 40; // in flight 40 < 0.9 x 64: the limit is not "in use", but latency is 13x
+    const limits = sim.run(300);
+    const reached = windowsToBand(limits);
+    t.diagnostic(`in band after ${reached} windows; then ${range(limits.slice(reached - 1)).join("..")}`);
+    assert.ok(reached <= 30, `converged after ${reached} windows`);
+    assert.ok(limits.slice(reached - 1).every(inBand));
+  });
+
+  test("the cold start uses the discovered capacity clamped to the bounds", () => {
+    const seen: AdaptiveBoundEvent[] = [];
+    const clock = new ManualClock();
+    const high = new AdaptiveLimit(
+      { minCapacity: 2, maxCapacity: 32, initialCapacity: 1000, onBound: (e) => seen.push(e) },
+      clock,
+    );
+    assert.equal(high.limit, 32);
+    assert.deepEqual(seen, [{ bound: "max", limit: 32, wanted: 1000 }]);
+    const low = new AdaptiveLimit({ minCapacity: 2, maxCapacity: 32, initialCapacity: 0 }, clock);
+    assert.equal(low.limit, 2);
+    assert.equal(low.snapshot().bound, "min");
+    assert.equal(new AdaptiveLimit({ ...BOUNDS, initialCapacity: 10.7 }, clock).limit, 10);
+  });
+});
+
+describe("AdaptiveLimit: worker slowdown", () => {
+  test("a 2x slowdown without an SLO: the limit drops, then the slowdown becomes the new normal; after it, recovers", (t) => {
+    const sim = new Sim();
+    sim.run(200);
+    sim.model.slowdown = 2;
+    const during = sim.run(120);
+    const baselineDuring = sim.ctl.snapshot().tpotBaselineMs!;
+    sim.model.slowdown = 1;
+    const after: number[] = [];
+    const baselines: number[] = [];
+    for (let w = 0; w < 100; w++) {
+      sim.window();
+      after.push(sim.ctl.limit);
+      baselines.push(sim.ctl.snapshot().tpotBaselineMs!);
+    }
+    const rebased = baselines.findIndex((b) => b < 1.1 * BASE_TPOT) + 1;
+    t.diagnostic(
+      `during: min ${Math.min(...during)} after ${during.indexOf(Math.min(...during)) + 1} windows, ` +
+        `last 60 ${range(during.slice(60)).join("..")}; baseline ${baselineDuring.toFixed(1)} ms; ` +
+        `after: baseline back under 1.1 x after ${rebased} windows, limits ${range(after).join("..")}`,
+    );
+    assert.ok(Math.min(...during) < LOW, "the limit dropped");
+    assert.ok(during.slice(60).every(inBand), "the knee did not move: the limit returns to it");
+    assert.ok(baselineDuring > 1.8 * BASE_TPOT, "the slowdown became the baseline");
+    assert.ok(rebased >= 1 && rebased <= 5, `baseline re-learnt after ${rebased} windows`);
+    assert.ok(after.every(inBand), `after: ${range(after)}`);
+  });
+
+  test("with an SLO, a 30-minute incident above it shrinks the limit and freezes the baseline; after it, back to the knee", (t) => {
+    const slo = 1.4 * BASE_TPOT; // above the healthy p90, below the slowed one
+    const sim = new Sim({ tpotSloMs: slo, minCapacity: 2 });
+    sim.run(300);
+    const before = sim.ctl.snapshot().tpotBaselineMs!;
+    sim.model.slowdown = 2;
+    const during = sim.run(1800);
+    const s = sim.ctl.snapshot();
+    assert.equal(s.baselineFrozen, true);
+    assert.equal(s.lastDecision, "slo");
+    assert.equal(s.tpotBaselineMs, before, "the baseline did not move during the incident");
+    assert.ok(
+      during.slice(30).every((l) => l === 2),
+      "held at the minimum while above the SLO",
+    );
+    sim.model.slowdown = 1;
+    const after = sim.run(300);
+    const back = windowsToBand(after);
+    t.diagnostic(`baseline ${before.toFixed(1)} ms before and after; back in band after ${back} windows`);
+    assert.ok(back <= 20, `recovered after ${back} windows`);
+    assert.ok(after.slice(back - 1).every(inBand));
+    assert.ok(Math.abs(sim.ctl.snapshot().tpotBaselineMs! / before - 1) < 0.05);
+  });
+
+  test("a TTFT SLO shrinks too", () => {
+    const sim = new Sim({ ttftSloMs: 100 });
+    sim.run(100);
+    sim.model.slowdown = 5; // short-prompt TTFT ~ 45 ms x 5
+    sim.run(3);
+    assert.equal(sim.ctl.snapshot().lastDecision, "slo");
+    assert.ok(sim.ctl.snapshot().sloDecreases >= 3);
+  });
+});
+
+describe("AdaptiveLimit: TTFT by prompt length", () => {
+  test("buckets", () => {
+    assert.deepEqual(TTFT_BUCKET_BOUNDS, [256, 1024, 4096, 16384]);
+    assert.deepEqual(
+      [0, 255, 256, 1023, 1024, 4095, 4096, 16383, 16384, 1e6].map(ttftBucketOf),
+      [0, 0, 1, 1, 2, 2, 3, 3, 4, 4],
+    );
+  });
+
+  test("a shift from short to long prompts raises TTFT tenfold but the limit does not collapse", (t) => {
+    const sim = new Sim();
+    sim.run(200);
+    const shortTtft = sim.ctl.snapshot().ttftP90Ms!;
+    sim.prompt = longPrompt;
+    const limits = sim.run(300);
+    const s = sim.ctl.snapshot();
+    t.diagnostic(
+      `TTFT p90 ${shortTtft.toFixed(0)} -> ${s.ttftP90Ms!.toFixed(0)} ms; limits ${range(limits).join("..")}`,
+    );
+    assert.ok(s.ttftP90Ms! > 10 * shortTtft);
+    assert.ok(limits.every(inBand), `limits ${range(limits)}`);
+    assert.ok(s.ttftRatio! < 1.6);
+    assert.ok(s.ttftBaselinesMs[0]! > 0 && s.ttftBaselinesMs[3]! > 10 * s.ttftBaselinesMs[0]!);
+
+    // A mix of both, shifting every 50 windows, is no signal either.
+    const mixed = new Sim();
+    mixed.run(100);
+    const all: number[] = [];
+    for (let k = 0; k < 6; k++) {
+      mixed.prompt = k % 2 ? shortPrompt : (r) => (r() < 0.5 ? shortPrompt(r) : longPrompt(r));
+      all.push(...mixed.run(50));
+    }
+    assert.ok(all.every(inBand), `limits ${range(all)}`);
+  });
+
+  test("samples without a TPOT (0-1 output tokens) still give the TTFT signal", () => {
+    const clock = new ManualClock();
+    const ctl = new AdaptiveLimit({ ...BOUNDS, initialCapacity: 20 }, clock);
+    const windowOf = (ttftMs: number, tpotMs?: number) => {
+      ctl.sampleUsage(ctl.limit, 5);
+      for (let i = 0; i < 20; i++) ctl.observe({ kind: "ok", ttftMs, promptTokens: 100, tpotMs });
+      clock.advance(1000);
+      return ctl.tick();
+    };
+    windowOf(50, 20); // calibration: first step
+    windowOf(50, 20); // no gain: undone, baselines set
+    assert.equal(ctl.snapshot().phase, "tracking");
+    assert.equal(windowOf(50), "increase");
+    assert.equal(windowOf(100), "decrease");
+    assert.equal(ctl.snapshot().ttftRatio, 2);
+  });
+});
+
+describe("AdaptiveLimit: overload and outcomes without a sample", () => {
+  test("a burst of 429/503/timeouts in one window is exactly one multiplicative decrease", () => {
+    const sim = new Sim();
+    sim.run(100);
+    const before = sim.ctl.limit;
+    const { decreases } = sim.ctl.snapshot();
+    for (let i = 0; i < 50; i++) sim.ctl.observe({ kind: "overload" });
+    assert.equal(sim.window(), "overload");
+    assert.equal(sim.ctl.limit, Math.floor(before * 0.8));
+    const s = sim.ctl.snapshot();
+    assert.equal(s.overloadDecreases, 1);
+    assert.equal(s.decreases, decreases + 1);
+    assert.equal(s.baselineFrozen, true);
+    assert.notEqual(sim.window(), "overload");
+    assert.equal(sim.ctl.snapshot().overloadDecreases, 1);
+  });
+
+  test("errors while the last decrease is still draining are not a second decrease", () => {
+    const clock = new ManualClock();
+    const ctl = new AdaptiveLimit({ ...BOUNDS, initialCapacity: 40 }, clock);
+    ctl.observe({ kind: "overload" });
+    ctl.sampleUsage(40, 10);
+    clock.advance(1000);
+    assert.equal(ctl.tick(), "overload");
+    assert.equal(ctl.limit, 32);
+    ctl.observe({ kind: "overload" });
+    ctl.sampleUsage(38, 10); // 38 > 32 still in flight
+    clock.advance(1000);
+    assert.equal(ctl.tick(), "hold");
+    assert.equal(ctl.limit, 32);
+    assert.equal(ctl.snapshot().overloadDecreases, 1);
+  });
+
+  test("cancelled and preempted requests give no sample", () => {
+    const a = new Sim();
+    const b = new Sim();
+    for (let w = 0; w < 200; w++) {
+      for (let i = 0; i < 20; i++) {
+        b.ctl.observe({ kind: "cancelled" });
+        b.ctl.observe({ kind: "preempted" });
+      }
+      assert.equal(a.window(), b.window());
+    }
+    assert.deepEqual(a.ctl.snapshot(), b.ctl.snapshot());
+    b.ctl.observe({ kind: "cancelled" });
+    assert.equal(b.ctl.snapshot().storedSamples, 0);
+  });
+
+  test("invalid samples are dropped and counted, never thrown", () => {
+    const ctl = new AdaptiveLimit(BOUNDS, new ManualClock());
+    ctl.observe({ kind: "ok", ttftMs: Number.NaN, promptTokens: 10 });
+    ctl.observe({ kind: "ok", ttftMs: 10, promptTokens: -1 });
+    ctl.observe({ kind: "ok", tpotMs: -1 });
+    ctl.observe({ kind: "ok", ttftMs: 10, promptTokens: 10, tpotMs: Number.POSITIVE_INFINITY });
+    assert.equal(ctl.snapshot().invalidSamples, 4);
+    assert.equal(ctl.snapshot().storedSamples, 0);
+  });
+});
+
+describe("AdaptiveLimit: bounds", () => {
+  test("pinned at the maximum and at the minimum, each reported once per episode", () => {
+    const seen: AdaptiveBoundEvent[] = [];
+    const sim = new Sim({
+      minCapacity: 4,
+      maxCapacity: 12,
+      initialCapacity: 8,
+      tpotSloMs: 1.4 * BASE_TPOT,
+      onBound: (e) => seen.push(e),
+    });
+    const climb = sim.run(300);
+    assert.ok(climb.every((l) => l >= 4 && l <= 12));
+    assert.equal(sim.ctl.limit, 12);
+    assert.equal(sim.ctl.snapshot().bound, "max");
+    assert.deepEqual(
+      seen.map((e) => e.bound),
+      ["max"],
+    );
+    sim.model.slowdown = 2;
+    const fall = sim.run(300);
+    assert.ok(fall.every((l) => l >= 4 && l <= 12));
+    assert.equal(sim.ctl.limit, 4);
+    assert.equal(sim.ctl.snapshot().bound, "min");
+    assert.deepEqual(
+      seen.map((e) => e.bound),
+      ["max", "min"],
+    );
+    sim.model.slowdown = 1;
+    sim.run(300);
+    assert.equal(sim.ctl.limit, 12);
+    assert.deepEqual(
+      seen.map((e) => e.bound),
+      ["max", "min", "max"],
+    );
+  });
+
+  test("never outside [min, max] under a random schedule", () => {
+    const r = prng(7);
+    const sim = new Sim({ minCapacity: 3, maxCapacity: 40, initialCapacity: 35, tpotSloMs: 35 }, worker(), 7);
+    for (let w = 0; w < 5000; w++) {
+      if (w % 37 === 0) sim.demand = Math.floor(r() * 80);
+      if (w % 101 === 0) sim.model.slowdown = 1 + 2 * r();
+      if (w % 211 === 0) sim.model.knee = 4 + Math.floor(r() * 40);
+      if (r() < 0.02) for (let i = 0; i < 5; i++) sim.ctl.observe({ kind: "overload" });
+      sim.window();
+      const l = sim.ctl.limit;
+      assert.ok(Number.isInteger(l) && l >= 3 && l <= 40, `limit ${l} at window ${w}`);
+    }
+  });
+
+  test("validation errors name the YAML key", () => {
+    const cases: Array<[Partial<AdaptiveLimitOptions>, string, RegExp]> = [
+      [{ minCapacity: 10, maxCapacity: 5 }, "adaptive_min_capacity", /<= adaptive_max_capacity \(10 > 5\)/],
+      [{ minCapacity: 0 }, "adaptive_min_capacity", /must be > 0/],
+      [{ minCapacity: -3 }, "adaptive_min_capacity", /must be > 0/],
+      [{ minCapacity: 1.5 }, "adaptive_min_capacity", /integer/],
+      [{ maxCapacity: 0 }, "adaptive_max_capacity", /must be > 0/],
+      [{ maxCapacity: Number.NaN }, "adaptive_max_capacity", /number/],
+      [{ initialCapacity: -1 }, "initial_capacity", />= 0/],
+      [{ tpotSloMs: 0 }, "tpot_slo_ms", /must be > 0/],
+      [{ tpotSloMs: -5 }, "tpot_slo_ms", /must be > 0/],
+      [{ ttftSloMs: 0 }, "ttft_slo_ms", /must be > 0/],
+      [{ ttftSloMs: Number.POSITIVE_INFINITY }, "ttft_slo_ms", /number/],
+      [{ windowMs: 0 }, "adaptive_window_ms", /must be > 0/],
+      [{ baselineHalfLifeMs: -1 }, "adaptive_baseline_half_life_ms", /must be > 0/],
+      [{ increaseBelow: 0.9 }, "adaptive_increase_below", />= 1/],
+      [{ decreaseAbove: 1.05 }, "adaptive_decrease_above", />= adaptive_increase_below/],
+      [{ overloadFactor: 1 }, "adaptive_overload_factor", /< 1/],
+      [{ probeStep: 0 }, "adaptive_probe_step", /> 0/],
+      [{ probeSlack: 0.1 }, "adaptive_probe_slack", /< 1 - adaptive_probe_step/],
+      [{ probeStep: 0.96 }, "adaptive_probe_slack", /< 1 - adaptive_probe_step \(0\.04\)/],
+      [{ minSamples: 0 }, "adaptive_min_samples", /must be > 0/],
+      [{ sampleCap: 5 }, "adaptive_sample_cap", />= adaptive_min_samples/],
+      [{ sampleCap: 1e7 }, "adaptive_sample_cap", /<= 65536/],
+      [{ probeIntervalMs: -1 }, "adaptive_probe_interval_ms", />= 0/],
+      [{ probeAfterDecreases: 1.5 }, "adaptive_probe_after_decreases", /integer/],
+    ];
+    for (const [patch, key, message] of cases) {
+      const err = configError(
+        () => new AdaptiveLimit({ ...BOUNDS, ...patch } as AdaptiveLimitOptions, new ManualClock()),
+        JSON.stringify(patch),
+      );
+      assert.equal(err.path, key, JSON.stringify(patch));
+      assert.match(err.message, message);
+      assert.ok(err.message.startsWith(`${key}: `));
+    }
+  });
+
+  test("every option has a YAML key, every default is in the top-of-file comment", () => {
+    const resolved = resolveAdaptiveLimitOptions(BOUNDS);
+    assert.deepEqual(Object.keys(ADAPTIVE_LIMIT_KEYS).sort(), Object.keys(resolved).sort());
+    const source = readFileSync(new URL("../../src/capacity/adaptive-limit.ts", import.meta.url), "utf8");
+    const header = source.slice(0, source.indexOf("*/"));
+    for (const [option, value] of Object.entries(ADAPTIVE_LIMIT_DEFAULTS)) {
+      const key = ADAPTIVE_LIMIT_KEYS[option as keyof typeof ADAPTIVE_LIMIT_KEYS];
+      assert.match(header, new RegExp(`\\b${option}\\s+${key}\\s+${value}\\b`), option);
+    }
+    for (const option of ["minCapacity", "maxCapacity", "initialCapacity", "tpotSloMs", "ttftSloMs"]) {
+      assert.ok(header.includes(option), option);
+    }
+  });
+});
+
+describe("AdaptiveLimit: windows and samples", () => {
+  test("memory is bounded: 1e5 samples in one window keep at most sampleCap per store", () => {
+    const clock = new ManualClock();
+    const ctl = new AdaptiveLimit({ ...BOUNDS, sampleCap: 512 }, clock);
+    const r = prng(3);
+    for (let i = 0; i < 100_000; i++) {
+      ctl.observe({ kind: "ok", ttftMs: 100 * r(), promptTokens: 100, tpotMs: 100 * r() });
+    }
+    const s = ctl.snapshot();
+    assert.equal(s.storedSamples, 3 * 512); // TPOT, TTFT bucket 0, TTFT all
+    ctl.sampleUsage(64, 10);
+    clock.advance(1000);
+    ctl.tick();
+    const p90 = ctl.snapshot().tpotP90Ms!;
+    assert.ok(Math.abs(p90 - 90) < 4, `reservoir p90 ${p90} vs 90`);
+    assert.equal(ctl.snapshot().storedSamples, 0);
+
+    for (let i = 0; i < 100_000; i++) {
+      ctl.observe({ kind: "ok", ttftMs: r(), promptTokens: Math.floor(r() * 40000), tpotMs: r() });
+    }
+    assert.equal(ctl.snapshot().storedSamples, 7 * 512);
+  });
+
+  test("tick closes a window only once windowMs has passed", () => {
+    const clock = new ManualClock();
+    const ctl = new AdaptiveLimit({ ...BOUNDS, windowMs: 500 }, clock);
+    clock.advance(499);
+    assert.equal(ctl.tick(), undefined);
+    assert.equal(ctl.snapshot().windows, 0);
+    clock.advance(1);
+    assert.equal(ctl.tick(), "hold");
+    assert.equal(ctl.tick(), undefined);
+    assert.equal(ctl.snapshot().windows, 1);
+  });
+
+  test("too few samples carry over to the next window", () => {
+    const clock = new ManualClock();
+    const ctl = new AdaptiveLimit({ ...BOUNDS, initialCapacity: 20 }, clock);
+    const decisions: Array<AdaptiveDecision | undefined> = [];
+    for (let w = 0; w < 8; w++) {
+      ctl.sampleUsage(ctl.limit, 3);
+      for (let i = 0; i < 3; i++) ctl.observe({ kind: "ok", tpotMs: 20 });
+      clock.advance(1000);
+      decisions.push(ctl.tick());
+    }
+    // 3 a window: the 4th window has 12 >= 10 samples and the probe takes its first step.
+    assert.deepEqual(decisions, ["hold", "hold", "hold", "decrease", "hold", "hold", "hold", "increase"]);
+    assert.equal(ctl.limit, 20);
+    assert.equal(ctl.snapshot().phase, "tracking");
+  });
+
+  test("runs are deterministic", () => {
+    const trace = () => {
+      const sim = new Sim({ tpotSloMs: 30 });
+      const out = sim.run(200);
+      sim.model.slowdown = 2;
+      out.push(...sim.run(100));
+      return [out, sim.ctl.snapshot()];
+    };
+    assert.deepEqual(trace(), trace());
+  });
+
+  test("recalibrate() re-learns the baselines at the next window in use", () => {
+    const sim = new Sim();
+    sim.run(100);
+    const { probes } = sim.ctl.snapshot();
+    sim.ctl.recalibrate();
+    sim.window();
+    assert.equal(sim.ctl.snapshot().phase, "probing");
+    sim.run(5);
+    assert.equal(sim.ctl.snapshot().phase, "tracking");
+    assert.equal(sim.ctl.snapshot().probes, probes + 1);
+  });
+});
+
+describe("AdaptiveLimit: requests that span windows", () => {
+  /**
+   * Request-level model: each request runs `life` windows, admitted while the pool is under the
+   * limit, its TTFT reported in its first window. TPOT comes either from chunk timing (every
+   * running request reports its TPOT over each window) or only at the end (the mean over its
+   * life, so it lags). After a decrease the pool drains as requests finish: rule 0 holds until then.
+   */
+  function spanning(life: number, tpotAtEnd: boolean, windows: number): number[] {
+    const clock = new ManualClock();
+    const ctl = new AdaptiveLimit(BOUNDS, clock);
+    const model = worker();
+    const r = prng(11);
+    let running: Array<{ left: number; sum: number }> = [];
+    const limits: number[] = [];
+    for (let w = 0; w < windows; w++) {
+      while (running.length < ctl.limit) running.push({ left: life, sum: 0 });
+      ctl.sampleUsage(running.length, 100);
+      const f = loadFactor(model, running.length);
+      for (const req of running) {
+        const tpotMs = BASE_TPOT * f * (0.95 + 0.1 * r());
+        req.sum += tpotMs;
+        if (req.left === life) ctl.observe({ kind: "ok", ttftMs: 40 * f, promptTokens: 150 });
+        if (!tpotAtEnd) ctl.observe({ kind: "ok", tpotMs });
+        else if (req.left === 1) ctl.observe({ kind: "ok", tpotMs: req.sum / life });
+      }
+      for (const req of running) req.left--;
+      running = running.filter((req) => req.left > 0);
+      clock.advance(1000);
+      ctl.tick();
+      limits.push(ctl.limit);
+    }
+    return limits;
+  }
+
+  for (const [life, tpotAtEnd, bound] of [
+    [4, false, 45],
+    [16, true, 180],
+  ] as const) {
+    test(`requests of ${life} windows, TPOT ${tpotAtEnd ? "at the end" : "from chunk timing"}: converges and holds`, (t) => {
+      const limits = spanning(life, tpotAtEnd, bound + 300);
+      const reached = windowsToBand(limits);
+      const steady = limits.slice(bound);
+      t.diagnostic(`in band after ${reached} windows; steady range ${range(steady).join("..")}`);
+      assert.ok(reached <= bound, `converged after ${reached} windows`);
+      assert.ok(limits.slice(reached - 1).every(inBand), `range ${range(limits.slice(reached - 1))}`);
+    });
+  }
+});
+
+describe("AdaptiveLimit: a pure core module", () => {
+  test("imports only the clock and the errors; no wall clock, no timers", () => {
+    const source = readFileSync(new URL("../../src/capacity/adaptive-limit.ts", import.meta.url), "utf8");
+    const imports = [...source.matchAll(/^import .* from "(.*)";$/gm)].map((m) => m[1]);
+    assert.deepEqual(imports, ["../core/clock.js", "../core/errors.js"]);
+    for (const banned of ["Date.now", "setTimeout", "setInterval", "performance", "node:"]) {
+      assert.ok(!source.includes(banned), banned);
+    }
+  });
+});

@@ -1,0 +1,211 @@
+/**
+ * Shedding at the door over HTTP: 503 load_shed with Retry-After and the JSON body, the lowest
+ * levels first, system never; keyed shedding answering a session the same way for a whole window;
+ * the flags and YAML blocks that configure all of it, with errors naming the key.
+ */
+import assert from "node:assert/strict";
+import { writeFileSync } from "node:fs";
+import { join } from "node:path";
+import { describe, test } from "node:test";
+import { parseGatewayArgs } from "../../src/cli/flags.js";
+import { ManualClock } from "../../src/core/clock.js";
+import { assertError, metric, schedulerDoc, startFleet } from "../harness.js";
+
+const SLOW = { maxRunningRequests: 2, ttftMs: 5, tokenDelayMs: 200, batchSlowdown: 0 };
+const priority = (cls: string) => ({ "x-smg-priority": cls });
+
+describe("prioritized shedding over HTTP", () => {
+  test("with the queue far past its wait bound, bulk is shed with 503 load_shed; default queues; system never sheds", async (t) => {
+    const clock = new ManualClock(Date.UTC(2026, 10, 23, 12));
+    const fleet = await startFleet(t, {
+      workers: [SLOW],
+      schedulerYaml: schedulerDoc(),
+      gateway: { clock, shedding: { prioritized: { maxQueueWaitMs: 500 } } },
+    });
+    // Two running interactive requests fill the worker; five bulk ones queue behind them.
+    const running = [0, 1].map(() => fleet.hold({ max_tokens: 20 }, priority("interactive")));
+    await waitQueued(fleet, 0, 2);
+    const queued = Array.from({ length: 5 }, () => fleet.hold({ max_tokens: 20 }, priority("bulk")));
+    await waitQueued(fleet, 5, 2);
+    // One calibration: nothing completed, five queued: the predicted wait is unbounded.
+    clock.advance(1000);
+    assert.equal(fleet.gateway.shedding!.status().prioritized!.threshold, 100);
+
+    const shed = await fleet.chat({ max_tokens: 2 }, priority("bulk"));
+    const message = assertError(shed, 503, "load_shed");
+    assert.match(message, /shedding load/);
+    const retryAfter = Number(shed.headers["retry-after"]);
+    assert.ok(
+      Number.isInteger(retryAfter) && retryAfter >= 1 && retryAfter <= 60,
+      `retry-after ${retryAfter}`,
+    );
+    assert.ok(shed.headers["x-request-id"]);
+
+    // A default request is above the threshold: it queues (and is cancelled here).
+    const waiting = fleet.hold({ max_tokens: 2 }, priority("default"));
+    await waitQueued(fleet, 6, 2);
+    await waiting.cancel();
+    // System is never shed, whatever the threshold.
+    const system = fleet.hold({ max_tokens: 2 }, priority("system"));
+    await waitQueued(fleet, 6, 2);
+    await system.cancel();
+
+    const m = await fleet.scrape();
+    assert.equal(metric(m, "sluice_load_shed_total", { class: "bulk", reason: "level" }), 1);
+    assert.equal(metric(m, "sluice_load_shed_total", { class: "system", reason: "level" }), 0);
+    assert.equal(metric(m, "sluice_shed_threshold_level"), 100);
+    const outcome = fleet.outcomes.find((o) => o.errorCode === "load_shed");
+    assert.equal(outcome?.admission, "rejected");
+    assert.equal(outcome?.status, 503);
+    assert.equal(fleet.workers[0]!.stats().totalRequests, 2, "a shed request never reaches a worker");
+    for (const h of [...running, ...queued]) await h.cancel();
+  });
+});
+
+describe("keyed shedding over HTTP", () => {
+  test("a session is either served or refused for the whole window; other classes untouched", async (t) => {
+    const clock = new ManualClock(Date.UTC(2026, 10, 23, 12));
+    const fleet = await startFleet(t, {
+      workers: [{ maxRunningRequests: 64 }],
+      schedulerYaml: schedulerDoc(),
+      gateway: {
+        clock,
+        shedding: { keyed: { classes: ["bulk"], targetDelayMs: 100, rotationWindowMs: 3_600_000 } },
+      },
+    });
+    const keyed = fleet.gateway.shedding!.keyed!;
+    // Queue delay far above target for eight calibrations: 100 -> ~43 %.
+    for (let i = 0; i < 8; i++) {
+      keyed.observeDelay(10_000);
+      clock.advance(1000);
+    }
+    const percent = keyed.percent;
+    assert.ok(percent > 30 && percent < 60, `percent ${percent}`);
+
+    const sessions = Array.from({ length: 60 }, (_, i) => `session-${i}`);
+    const first = new Map<string, number>();
+    for (const s of sessions) {
+      const r = await fleet.chat({ max_tokens: 1 }, { ...priority("bulk"), "x-session-id": s });
+      first.set(s, r.status);
+      if (r.status === 503) {
+        assertError(r, 503, "load_shed");
+        const retryAfter = Number(r.headers["retry-after"]);
+        assert.ok(retryAfter >= 1 && retryAfter <= 3600, `retry-after ${retryAfter}`);
+      } else assert.equal(r.status, 200);
+    }
+    const refused = [...first.values()].filter((s) => s === 503).length;
+    assert.ok(refused > 10 && refused < 50, `${refused} of 60 sessions refused at ${percent.toFixed(1)} %`);
+    // The same sessions again, just before the next calibration: the same answers.
+    clock.advance(999);
+    for (const s of sessions.slice(0, 20)) {
+      const r = await fleet.chat({ max_tokens: 1 }, { ...priority("bulk"), "x-session-id": s });
+      assert.equal(r.status, first.get(s), s);
+    }
+    // Keyed shedding covers bulk only here: the refused sessions' default requests are served.
+    const refusedSession = sessions.find((s) => first.get(s) === 503)!;
+    const other = await fleet.chat(
+      { max_tokens: 1 },
+      { ...priority("default"), "x-session-id": refusedSession },
+    );
+    assert.equal(other.status, 200);
+    const m = await fleet.scrape();
+    assert.ok((metric(m, "sluice_load_shed_total", { class: "bulk", reason: "keyed" }) ?? 0) >= refused);
+    assert.ok(Math.abs((metric(m, "sluice_keyed_admission_percent") ?? 0) - keyed.percent) < 1e-9);
+  });
+});
+
+describe("configuration", () => {
+  const base = ["--worker-urls", "http://127.0.0.1:9"];
+
+  test("capacity flags and defaults", () => {
+    const defaults = parseGatewayArgs(base);
+    assert.equal(defaults.capacity.mode, "static");
+    assert.equal(defaults.capacity.minCapacity, 1);
+    const f = parseGatewayArgs([
+      ...base,
+      "--capacity-mode",
+      "adaptive",
+      "--adaptive-min-capacity",
+      "4",
+      "--adaptive-max-capacity",
+      "48",
+      "--tpot-slo-ms",
+      "60",
+      "--ttft-slo-ms",
+      "1500",
+    ]);
+    assert.deepEqual(f.capacity, {
+      mode: "adaptive",
+      minCapacity: 4,
+      maxCapacity: 48,
+      tpotSloMs: 60,
+      ttftSloMs: 1500,
+    });
+  });
+
+  test("bad capacity settings name the flag", () => {
+    assert.throws(
+      () => parseGatewayArgs([...base, "--capacity-mode", "magic"]),
+      /must be one of static, adaptive/,
+    );
+    assert.throws(() => parseGatewayArgs([...base, "--tpot-slo-ms", "-5"]), /must be a number > 0/);
+    assert.throws(
+      () => parseGatewayArgs([...base, "--adaptive-min-capacity", "10", "--adaptive-max-capacity", "5"]),
+      /--adaptive-min-capacity.*adaptive_min_capacity 10 > adaptive_max_capacity 5/,
+    );
+  });
+
+  test("the gateway YAML: capacity keys and the shedding blocks; errors name the key", (t) => {
+    const dir = t.fullName.length > 0 ? (process.env.TMPDIR ?? "/tmp") : "/tmp";
+    const file = join(dir, `sluice-shed-${process.pid}.yaml`);
+    const write = (text: string) => writeFileSync(file, text);
+    write(
+      [
+        "worker_urls: [http://127.0.0.1:9]",
+        "capacity_mode: adaptive",
+        "tpot_slo_ms: 80",
+        "load_shedding: {max_queue_wait_ms: 4000, codel_classes: [bulk], codel_target_ms: 300}",
+        "keyed_shedding: {header: X-Session-Id, classes: [bulk, default], rotation_window_secs: 120}",
+      ].join("\n"),
+    );
+    const f = parseGatewayArgs(["--config", file]);
+    assert.equal(f.capacity.mode, "adaptive");
+    assert.equal(f.capacity.tpotSloMs, 80);
+    assert.equal(f.shedding.prioritized?.maxQueueWaitMs, 4000);
+    assert.deepEqual(f.shedding.prioritized?.codelClasses, ["bulk"]);
+    assert.equal(f.shedding.keyed?.rotationWindowMs, 120_000);
+    assert.equal(f.shedding.keyed?.header, "X-Session-Id");
+
+    const bad: Array<[string, RegExp]> = [
+      ["load_shedding: {max_queue_wait_ms: 0}", /load_shedding\.max_queue_wait_ms: must be > 0/],
+      ["load_shedding: {}", /load_shedding\.max_queue_wait_ms/],
+      [
+        "load_shedding: {max_queue_wait_ms: 10, codel_classes: [system]}",
+        /load_shedding\.codel_classes\.0: .*system is never shed/,
+      ],
+      ["load_shedding: {max_queue_wait_ms: 10, surprise: 1}", /load_shedding.*surprise/],
+      ["keyed_shedding: {min_percent: 150}", /keyed_shedding\.min_percent: must be <= 100/],
+      ["keyed_shedding: {classes: [system]}", /keyed_shedding\.classes\.0/],
+      ["capacity_mode: sometimes", /capacity_mode: must be one of static, adaptive/],
+    ];
+    for (const [line, pattern] of bad) {
+      write(`worker_urls: [http://127.0.0.1:9]\n${line}\n`);
+      assert.throws(() => parseGatewayArgs(["--config", file]), pattern, line);
+    }
+  });
+});
+
+async function waitQueued(
+  fleet: { snapshot(): { queued: number; inflight: number } },
+  queued: number,
+  inflight: number,
+): Promise<void> {
+  const deadline = Date.now() + 5000;
+  for (;;) {
+    const s = fleet.snapshot();
+    if (s.queued === queued && s.inflight === inflight) return;
+    if (Date.now() > deadline)
+      throw new Error(`queued ${s.queued} in flight ${s.inflight}, wanted ${queued}/${inflight}`);
+    await new Promise((resolve) => setTimeout(resolve, 5));
+  }
+}
