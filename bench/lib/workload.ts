@@ -2,19 +2,10 @@
  * The synthetic workload: a seeded task mix (class, tenant, cost) shared by every contender, so
  * each one sees exactly the same sequence of requests.
  */
+import { mulberry32 } from "../../src/core/random.js";
 import type { PriorityClass, TenantPolicy } from "../../src/index.js";
 
-/** mulberry32: a tiny, fast, seedable 32-bit PRNG (returns [0, 1)). */
-export function mulberry32(seed: number): () => number {
-  let a = seed >>> 0;
-  return () => {
-    a = (a + 0x6d2b79f5) >>> 0;
-    let t = a;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
-}
+export { mulberry32 };
 
 /** Rank order (bulk 0 .. system 3), as the engine ranks them. */
 export const CLASS_NAMES: readonly PriorityClass[] = ["bulk", "default", "interactive", "system"];

@@ -80,6 +80,7 @@
  */
 import type { Clock } from "../core/clock.js";
 import { ConfigError } from "../core/errors.js";
+import { mulberry32 as prng } from "../core/random.js";
 
 /**
  * One observation of a request. An `ok` sample carries a TTFT (with the prompt length that picks
@@ -312,18 +313,6 @@ export function resolveAdaptiveLimitOptions(options: AdaptiveLimitOptions): Reso
 
 // ---------------------------------------------------------------------------------------------
 // Bounded sample stores
-
-/** mulberry32: a tiny deterministic PRNG for the reservoirs (uniform in [0, 1)). */
-function prng(seed: number): () => number {
-  let a = seed >>> 0;
-  return () => {
-    a = (a + 0x6d2b79f5) >>> 0;
-    let t = a;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
-}
 
 /** A fixed-size uniform sample (Algorithm R) of the values offered since the last reset. */
 class Reservoir {

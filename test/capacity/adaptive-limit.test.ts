@@ -14,21 +14,10 @@ import {
 } from "../../src/capacity/adaptive-limit.js";
 import { ManualClock } from "../../src/core/clock.js";
 import { ConfigError } from "../../src/core/errors.js";
+import { mulberry32 as prng } from "../../src/core/random.js";
 
 // ---------------------------------------------------------------------------------------------
 // A simulated worker pool with a knee, driven window by window (1 window = windowMs = 1 s).
-
-/** mulberry32: deterministic jitter for the simulated samples. */
-function prng(seed: number): () => number {
-  let a = seed >>> 0;
-  return () => {
-    a = (a + 0x6d2b79f5) >>> 0;
-    let t = a;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
-}
 
 interface WorkerModel {
   /** Concurrency up to which latency is flat. */
@@ -633,7 +622,7 @@ describe("AdaptiveLimit: a pure core module", () => {
   test("imports only the clock and the errors; no wall clock, no timers", () => {
     const source = readFileSync(new URL("../../src/capacity/adaptive-limit.ts", import.meta.url), "utf8");
     const imports = [...source.matchAll(/^import .* from "(.*)";$/gm)].map((m) => m[1]);
-    assert.deepEqual(imports, ["../core/clock.js", "../core/errors.js"]);
+    assert.deepEqual(imports, ["../core/clock.js", "../core/errors.js", "../core/random.js"]);
     for (const banned of ["Date.now", "setTimeout", "setInterval", "performance", "node:"]) {
       assert.ok(!source.includes(banned), banned);
     }

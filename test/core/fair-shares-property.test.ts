@@ -19,6 +19,7 @@
 import assert from "node:assert/strict";
 import { describe, test } from "node:test";
 import fc from "fast-check";
+import { mulberry32 as prng } from "../../src/core/random.js";
 import {
   allBackloggedService,
   gpsLagBound,
@@ -29,18 +30,6 @@ import {
 } from "./fair-bounds.js";
 import { FairSim, formatShares, worstShareError } from "./fair-sim.js";
 import { replayGps } from "./fluid-reference.js";
-
-/** mulberry32 */
-function prng(seed: number): () => number {
-  let a = seed >>> 0;
-  return () => {
-    a = (a + 0x6d2b79f5) >>> 0;
-    let t = a;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
-}
 
 /** Largest actual cost of a request (tokens). */
 const A = 1000;

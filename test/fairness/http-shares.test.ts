@@ -14,6 +14,7 @@
 import assert from "node:assert/strict";
 import { test } from "node:test";
 import { Agent } from "undici";
+import { mulberry32 as prng } from "../../src/core/random.js";
 import { sendTo, smallSchedulerYaml, startFleet } from "../harness.js";
 
 const TENANTS = [
@@ -33,18 +34,6 @@ const OVERLOAD = 3;
 const WARMUP_MS = 2_000;
 const RUN_MS = 14_000;
 const WINDOW_MS = 10 * MEAN_SERVICE_MS;
-
-/** mulberry32 */
-function prng(seed: number): () => number {
-  let a = seed >>> 0;
-  return () => {
-    a = (a + 0x6d2b79f5) >>> 0;
-    let t = a;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
-}
 
 interface Served {
   tenant: string;

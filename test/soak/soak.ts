@@ -30,6 +30,7 @@ import { setFlagsFromString } from "node:v8";
 import { runInNewContext } from "node:vm";
 import { pino } from "pino";
 import { Agent, request } from "undici";
+import { mulberry32 as prng } from "../../src/core/random.js";
 import { DEFAULT_HEALTH } from "../../src/gateway/options.js";
 import { type Gateway, startGateway } from "../../src/gateway/server.js";
 import { sha256Hex } from "../../src/gateway/tenants.js";
@@ -83,18 +84,6 @@ const MIX: Mix[] = [
 const TTFT_MS = 30;
 const TOKEN_DELAY_MS = 5;
 const BATCH_SLOWDOWN = 0.02;
-
-/** mulberry32: a small seeded PRNG. */
-function prng(seed: number): () => number {
-  let a = seed >>> 0;
-  return () => {
-    a = (a + 0x6d2b79f5) >>> 0;
-    let t = a;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
-}
 
 /** Latencies in 1 ms buckets up to 120 s: constant memory whatever the run's length. */
 class Histogram {
