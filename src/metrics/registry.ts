@@ -336,7 +336,13 @@ export function createMetrics(options: MetricsOptions = {}): SluiceMetrics {
       }
     },
   });
+  // Label children per tenant label, so counting a request's tokens builds no label set.
+  const tokenChildren = new Map<
+    string,
+    { input: { inc(n: number): void }; output: { inc(n: number): void } }
+  >();
   tenants.onDemote((tenant) => {
+    tokenChildren.delete(tenant);
     tenantTokens.remove({ tenant, direction: "input" });
     tenantTokens.remove({ tenant, direction: "output" });
     for (const reason of [
@@ -384,8 +390,16 @@ export function createMetrics(options: MetricsOptions = {}): SluiceMetrics {
     upstreamErrors,
     countTenantTokens(tenant, input, output) {
       const label = tenants.label(tenant);
-      if (input > 0) tenantTokens.inc({ tenant: label, direction: "input" }, input);
-      if (output > 0) tenantTokens.inc({ tenant: label, direction: "output" }, output);
+      let children = tokenChildren.get(label);
+      if (children === undefined) {
+        children = {
+          input: tenantTokens.labels(label, "input"),
+          output: tenantTokens.labels(label, "output"),
+        };
+        tokenChildren.set(label, children);
+      }
+      if (input > 0) children.input.inc(input);
+      if (output > 0) children.output.inc(output);
     },
     countBudgetRejection(tenant, reason) {
       tenants.record(tenant);
