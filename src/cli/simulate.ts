@@ -5,6 +5,7 @@
  */
 import { Command, InvalidArgumentError } from "commander";
 import { loadScenario, simulate } from "../sim/index.js";
+import { kneeSweep, kneeTable } from "../sim/knee.js";
 import { writeOutputDir } from "../sim/output.js";
 import { POLICY_NAMES, type PolicyName } from "../sim/scenario.js";
 import { reportCharts } from "../sim/svg.js";
@@ -42,6 +43,16 @@ interface SimulateFlags {
   watch?: boolean;
   duration?: number;
   policies?: PolicyName[];
+  knee?: boolean;
+  kneePhase?: string;
+  kneeSloMs?: number;
+}
+
+function msArg(raw: string): number {
+  const n = Number(raw);
+  if (raw.trim() === "" || !Number.isFinite(n) || n <= 0)
+    throw new InvalidArgumentError("must be a number > 0");
+  return n;
 }
 
 export async function runSimulateCli(argv: string[]): Promise<void> {
@@ -54,6 +65,13 @@ export async function runSimulateCli(argv: string[]): Promise<void> {
     .option("--watch", "print progress to stderr while it runs")
     .option("--duration <d>", "simulate this long instead of the scenario's duration (e.g. 5m)", durationArg)
     .option("--policies <list>", `run only these policies (${POLICY_NAMES.join(",")})`, policiesArg)
+    .option("--knee", "instead of the scenario, sweep the fleet's concurrency and print its knee")
+    .option("--knee-phase <phase>", "with --knee: the rates, slowdowns and failures of this phase")
+    .option(
+      "--knee-slo-ms <ms>",
+      "with --knee: the p99 TPOT SLO (default: the tenants' lowest tpot_ms)",
+      msArg,
+    )
     .exitOverride()
     .configureOutput({ writeErr: () => {} })
     .allowExcessArguments(false);
@@ -67,6 +85,11 @@ export async function runSimulateCli(argv: string[]): Promise<void> {
   });
   const started = performance.now();
   const wall = () => ((performance.now() - started) / 1000).toFixed(1);
+  if (flags.knee) {
+    const k = await kneeSweep(scenario, { phase: flags.kneePhase, sloMs: flags.kneeSloMs });
+    process.stdout.write(flags.json ? `${JSON.stringify(k, null, 1)}\n` : kneeTable(scenario, k));
+    return;
+  }
   const report = await simulate(scenario, {
     onProgress: flags.watch
       ? (p) =>

@@ -10,6 +10,7 @@ export const OUTCOMES = [
   "scheduler_queue_timeout",
   "scheduler_preempted",
   "scheduler_client_cancelled",
+  "load_shed",
   "admission_queue_full",
   "admission_queue_timeout",
   "admission_client_cancelled",

@@ -1,8 +1,10 @@
 /**
  * Writes a report's output directory atomically: everything goes to a sibling temporary directory
  * first, which is renamed into place at the end. A failure leaves no half-written directory (and
- * the previous output, if any, untouched until the new one is complete).
+ * the previous output, if any, untouched until the new one is complete). Also: the rewrite of one
+ * generated section of a Markdown file (BENCHMARKS.md) between its markers.
  */
+import { readFileSync, writeFileSync } from "node:fs";
 import { mkdir, rename, rm, stat, writeFile } from "node:fs/promises";
 import { basename, dirname, join, resolve } from "node:path";
 
@@ -33,4 +35,19 @@ export async function writeOutputDir(dir: string, files: Record<string, string>)
     await rm(tmp, { recursive: true, force: true });
     throw err;
   }
+}
+
+/**
+ * Replaces the text between `start` and `end` (markers included) with `section`, or appends it
+ * with its markers when the file has neither marker.
+ */
+export function rewriteSection(path: string, start: string, end: string, section: string): void {
+  const text = readFileSync(path, "utf8");
+  const block = `${start}\n${section}\n${end}`;
+  const a = text.indexOf(start);
+  const b = text.indexOf(end);
+  if (a !== -1 && b > a) writeFileSync(path, text.slice(0, a) + block + text.slice(b + end.length));
+  else if (a === -1 && b === -1)
+    writeFileSync(path, `${text}${text.endsWith("\n") ? "\n" : "\n\n"}${block}\n`);
+  else throw new Error(`${path}: found only one of ${start} / ${end}; fix the file by hand`);
 }

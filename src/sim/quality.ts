@@ -5,11 +5,10 @@
  * BENCHMARKS.md (between its markers). `--no-write` only prints; `--charts` also regenerates the
  * example charts under docs/img/simulate/.
  */
-import { readFileSync, writeFileSync } from "node:fs";
 import { cpus, loadavg, totalmem } from "node:os";
 import { fileURLToPath } from "node:url";
 import { simulate } from "./index.js";
-import { writeOutputDir } from "./output.js";
+import { rewriteSection, writeOutputDir } from "./output.js";
 import type { Report } from "./report.js";
 import { loadScenario, type PolicyName } from "./scenario.js";
 import { reportCharts } from "./svg.js";
@@ -148,14 +147,7 @@ async function main(argv: string[]): Promise<void> {
   process.stdout.write(`${section}\n`);
   if (write) {
     const path = root("BENCHMARKS.md");
-    const text = readFileSync(path, "utf8");
-    const block = `${START}\n${section}\n${END}`;
-    const a = text.indexOf(START);
-    const b = text.indexOf(END);
-    if (a !== -1 && b > a) writeFileSync(path, text.slice(0, a) + block + text.slice(b + END.length));
-    else if (a === -1 && b === -1)
-      writeFileSync(path, `${text}${text.endsWith("\n") ? "\n" : "\n\n"}${block}\n`);
-    else throw new Error(`${path}: found only one of ${START} / ${END}; fix the file by hand`);
+    rewriteSection(path, START, END, section);
     process.stderr.write(`rewrote the scheduling-quality section of ${path}\n`);
   }
 }

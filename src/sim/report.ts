@@ -5,7 +5,16 @@
  * figures, the scenario's expectations checked, and the per-bucket time series.
  * Every number is rounded so the JSON is compact; nothing in it depends on wall time.
  */
+
+import type { LoadSheddingStatus } from "../capacity/load-shedding.js";
 import { CLASS_COUNT, classOfRank, PRIORITY_CLASSES, type PriorityClass } from "../core/class.js";
+import {
+  type CapacityWindow,
+  capacityWindow,
+  meetsSlo,
+  type SloWindows,
+  sloWindows,
+} from "./capacity-report.js";
 import { OUTCOME_INDEX, OUTCOMES, type Outcome, REJECTIONS as REJECTION_CODES } from "./log.js";
 import { type RunResult, tenantClasses, tenantWeight, windowsOf } from "./run.js";
 import type { Expectation, PolicyName, Scenario } from "./scenario.js";
@@ -85,8 +94,9 @@ export interface FairnessReport {
 export interface ExpectationResult {
   label: string;
   metric: string;
-  class: PriorityClass;
+  class: PriorityClass | null;
   during: string | null;
+  relative_to: string | null;
   min: number | null;
   max: number | null;
   value: number | null;
@@ -113,6 +123,24 @@ export interface PolicyReport {
     decode_tokens: number;
   }[];
   clamps: number;
+  /** How capacity was set (static, or the adaptive controller) and what it did; shedding's counters. */
+  capacity: {
+    mode: "static" | "adaptive";
+    windows: Record<string, CapacityWindow>;
+    controller: {
+      limit: number;
+      phase: string;
+      tpot_baseline_ms: number | null;
+      windows: number;
+      increases: number;
+      decreases: number;
+      overload_decreases: number;
+      slo_decreases: number;
+      probes: number;
+      probe_steps: number;
+    } | null;
+    shedding: LoadSheddingStatus | null;
+  };
   expectations: ExpectationResult[];
   timeseries: {
     bucket_s: number;
@@ -131,10 +159,15 @@ export interface PolicyReport {
           queued: number[];
           wait_max_ms: number[];
           wait_mean_ms: number[];
+          shed: number[];
         }
       >
     >;
     tenants: Record<string, { tokens_per_s: number[] }>;
+    /** Adaptive runs: the controller's TPOT baseline and last TPOT p90 at each bucket's end. */
+    tpot_baseline_ms?: (number | null)[];
+    tpot_p90_ms?: (number | null)[];
+    slo_windows: SloWindows;
   };
 }
 
@@ -152,6 +185,18 @@ export interface Report {
     tenants: { name: string; key: string; weight: number; classes: PriorityClass[] }[];
     phases: { name: string; from_s: number; to_s: number | null }[];
     policies: PolicyName[];
+    /** Per class: what counts as goodput (TTFT from arrival, mean TPOT, end to end, ms). */
+    slo: Partial<Record<PriorityClass, { ttft_ms?: number; tpot_ms?: number; e2e_ms?: number }>>;
+    /** Capacity for the sluice policies (sluice-adaptive always adaptive) and shedding, as configured. */
+    capacity_settings: {
+      mode: "static" | "adaptive";
+      adaptive_min_capacity: number;
+      adaptive_max_capacity: number;
+      tpot_slo_ms: number | null;
+      ttft_slo_ms: number | null;
+      load_shedding: boolean;
+      keyed_shedding: boolean;
+    };
   };
   policies: Partial<Record<PolicyName, PolicyReport>>;
 }
@@ -182,11 +227,7 @@ function groupStats(
     completed++;
     const t = log.prompt[i]! + log.output[i]!;
     tokens += t;
-    const slo = scenario.slo[classOfRank(log.cls[i]!)];
-    const okTtft = slo.ttftMs === undefined || log.ttft[i]! <= slo.ttftMs;
-    const okTpot = slo.tpotMs === undefined || Number.isNaN(log.tpot[i]!) || log.tpot[i]! <= slo.tpotMs;
-    const okE2e = slo.e2eMs === undefined || log.e2e[i]! <= slo.e2eMs;
-    if (okTtft && okTpot && okE2e) {
+    if (meetsSlo(scenario, log, i)) {
       good++;
       goodTokens += t;
     }
@@ -263,61 +304,82 @@ function fairnessOf(
 }
 
 function evaluate(e: Expectation, r: PolicyReport): ExpectationResult {
-  const win = e.during ?? "all";
-  const cls = e.cls;
-  const stats = e.during ? r.phases[e.during]?.classes[cls] : r.classes[cls];
-  const fair = r.fairness[win]?.[cls];
-  let value: number | null = null;
-  switch (e.metric) {
-    case "weighted_share_error":
-      value = fair?.share_error ?? null;
-      break;
-    case "jain_index":
-      value = fair?.jain_index ?? null;
-      break;
-    case "service_gap_vtc_ratio":
-      value = fair?.service_gap_vtc_ratio ?? null;
-      break;
-    case "queue_wait_p99_ms":
-      value = stats?.queue_wait_ms.p99 ?? null;
-      break;
-    case "queue_wait_p50_ms":
-      value = stats?.queue_wait_ms.p50 ?? null;
-      break;
-    case "ttft_p99_ms":
-      value = stats?.ttft_ms.p99 ?? null;
-      break;
-    case "e2e_p99_ms":
-      value = stats?.e2e_ms.p99 ?? null;
-      break;
-    case "rejected_fraction":
-      if (stats && stats.requests > 0) {
-        const bad =
-          Object.values(stats.rejected).reduce((a, b) => a + (b ?? 0), 0) +
-          Object.values(stats.failed).reduce((a, b) => a + (b ?? 0), 0) +
-          stats.unfinished;
-        value = round(bad / stats.requests, 4);
-      }
-      break;
-    case "slo_attainment":
-      value = stats?.slo_attainment ?? null;
-      break;
-    case "entitlement_ratio":
-      value = r.entitlement[win]?.[cls] ?? null;
-      break;
+  let value = measure(e.metric, e.cls, e.during, r);
+  if (e.relativeTo !== undefined && value !== null) {
+    const base = measure(e.metric, e.cls, e.relativeTo === "all" ? undefined : e.relativeTo, r);
+    value = base === null || base === 0 ? null : round(value / base, 4);
   }
   const pass =
     value !== null && (e.min === undefined || value >= e.min) && (e.max === undefined || value <= e.max);
   return {
     label: e.label,
     metric: e.metric,
-    class: cls,
+    class: e.cls ?? null,
     during: e.during ?? null,
+    relative_to: e.relativeTo ?? null,
     min: e.min ?? null,
     max: e.max ?? null,
     value,
     pass,
   };
+}
+
+/** What a metric reads, for one class (or the fleet) over one window. */
+interface Measured {
+  stats: GroupStats | undefined;
+  fair: FairnessReport | undefined;
+  cap: CapacityWindow | undefined;
+  capClass: CapacityWindow["classes"][PriorityClass];
+  entitlement: number | null | undefined;
+  fleet: boolean;
+}
+
+const MEASURES: Record<Expectation["metric"], (m: Measured) => number | null | undefined> = {
+  weighted_share_error: (m) => m.fair?.share_error,
+  jain_index: (m) => m.fair?.jain_index,
+  service_gap_vtc_ratio: (m) => m.fair?.service_gap_vtc_ratio,
+  queue_wait_p99_ms: (m) => m.stats?.queue_wait_ms.p99,
+  queue_wait_p50_ms: (m) => m.stats?.queue_wait_ms.p50,
+  ttft_p99_ms: (m) => m.stats?.ttft_ms.p99,
+  e2e_p99_ms: (m) => m.stats?.e2e_ms.p99,
+  rejected_fraction: ({ stats }) => {
+    if (!stats || stats.requests === 0) return null;
+    const sum = (o: Partial<Record<Outcome, number>>) => Object.values(o).reduce((a, b) => a + (b ?? 0), 0);
+    return round((sum(stats.rejected) + sum(stats.failed) + stats.unfinished) / stats.requests, 4);
+  },
+  slo_attainment: (m) => m.stats?.slo_attainment,
+  entitlement_ratio: (m) => m.entitlement,
+  goodput_rps: (m) => (m.fleet ? m.cap?.goodput_rps : m.capClass?.goodput_rps),
+  tpot_p99_ms: (m) => (m.fleet ? m.cap?.tpot_p99_ms : m.stats?.tpot_ms.p99),
+  tpot_slo_attainment: (m) => m.capClass?.tpot_slo_attainment,
+  shed_fraction: (m) => m.capClass?.shed_fraction,
+  shed_inversions: (m) => m.capClass?.shed_inversions,
+  convergence_secs: (m) => m.cap?.convergence_s,
+  limit_median: (m) => m.cap?.limit?.final_median,
+  tpot_baseline_ms: (m) => m.cap?.tpot_baseline_ms,
+};
+
+/** A metric's value for one class (or the fleet) over a window (a phase, or the whole run). */
+function measure(
+  metric: Expectation["metric"],
+  cls: PriorityClass | undefined,
+  during: string | undefined,
+  r: PolicyReport,
+): number | null {
+  const win = during ?? "all";
+  const cap = r.capacity.windows[win];
+  const m: Measured =
+    cls === undefined
+      ? { stats: undefined, fair: undefined, cap, capClass: undefined, entitlement: undefined, fleet: true }
+      : {
+          stats: during ? r.phases[during]?.classes[cls] : r.classes[cls],
+          fair: r.fairness[win]?.[cls],
+          cap,
+          capClass: cap?.classes[cls],
+          entitlement: r.entitlement[win]?.[cls],
+          fleet: false,
+        };
+  return MEASURES[metric](m) ?? null;
 }
 
 export function policyReport(scenario: Scenario, run: RunResult): PolicyReport {
@@ -377,6 +439,12 @@ export function policyReport(scenario: Scenario, run: RunResult): PolicyReport {
     }
     entitlement[w.name] = e;
   });
+  const slo = sloWindows(scenario, run, classesPresent);
+  const capWindows: PolicyReport["capacity"]["windows"] = {};
+  for (const w of windows) {
+    capWindows[w.name] = capacityWindow(scenario, run, classesPresent, slo, w.fromMs, w.toMs);
+  }
+  const snap = run.capacity.controller;
   const report: PolicyReport = {
     totals: groupStats(run, scenario, () => true, durationS),
     classes,
@@ -394,8 +462,27 @@ export function policyReport(scenario: Scenario, run: RunResult): PolicyReport {
       decode_tokens: w.stats.decodeTokens,
     })),
     clamps: run.clamps,
+    capacity: {
+      mode: run.capacity.mode,
+      windows: capWindows,
+      controller: snap
+        ? {
+            limit: snap.limit,
+            phase: snap.phase,
+            tpot_baseline_ms: snap.tpotBaselineMs === null ? null : round(snap.tpotBaselineMs),
+            windows: snap.windows,
+            increases: snap.increases,
+            decreases: snap.decreases,
+            overload_decreases: snap.overloadDecreases,
+            slo_decreases: snap.sloDecreases,
+            probes: snap.probes,
+            probe_steps: snap.probeSteps,
+          }
+        : null,
+      shedding: run.capacity.shedding ?? null,
+    },
     expectations: [],
-    timeseries: timeseries(scenario, run, classesPresent),
+    timeseries: timeseries(scenario, run, classesPresent, slo),
   };
   report.expectations = scenario.expectations.map((e) => evaluate(e, report));
   return report;
@@ -405,6 +492,7 @@ function timeseries(
   scenario: Scenario,
   run: RunResult,
   present: PriorityClass[],
+  slo: SloWindows,
 ): PolicyReport["timeseries"] {
   const s = run.series;
   const n = s.t.length;
@@ -426,12 +514,20 @@ function timeseries(
         const k = x.admitted[i] ?? 0;
         return k > 0 ? round((x.waitSumMs[i] ?? 0) / k) : 0;
       }),
+      shed: fit(x.shed),
     };
   }
   const tenants: PolicyReport["timeseries"]["tenants"] = {};
   scenario.tenants.forEach((t, i) => {
     tenants[t.name] = { tokens_per_s: fit(s.tenants[i]!.tokens, (x) => x / bucketS) };
   });
+  const adaptive =
+    run.capacity.mode === "adaptive"
+      ? {
+          tpot_baseline_ms: Array.from({ length: n }, (_, i) => nullable(s.tpotBaseline[i])),
+          tpot_p90_ms: Array.from({ length: n }, (_, i) => nullable(s.tpotP90[i])),
+        }
+      : {};
   return {
     bucket_s: bucketS,
     t: Array.from({ length: n }, (_, i) => round(i * bucketS)),
@@ -439,7 +535,13 @@ function timeseries(
     kv_occupancy: fit(s.kv, (x) => round(x, 4)),
     classes,
     tenants,
+    ...adaptive,
+    slo_windows: slo,
   };
+}
+
+function nullable(x: number | undefined): number | null {
+  return x === undefined || Number.isNaN(x) ? null : round(x);
 }
 
 export function buildReport(scenario: Scenario, runs: RunResult[]): Report {
@@ -475,6 +577,27 @@ export function buildReport(scenario: Scenario, runs: RunResult[]): Report {
         to_s: Number.isFinite(p.toMs) ? p.toMs / 1000 : null,
       })),
       policies: runs.map((r) => r.policy),
+      slo: Object.fromEntries(
+        PRIORITY_CLASSES.filter((c) => Object.values(scenario.slo[c]).some((v) => v !== undefined)).map(
+          (c) => {
+            const x = scenario.slo[c];
+            const out: { ttft_ms?: number; tpot_ms?: number; e2e_ms?: number } = {};
+            if (x.ttftMs !== undefined) out.ttft_ms = x.ttftMs;
+            if (x.tpotMs !== undefined) out.tpot_ms = x.tpotMs;
+            if (x.e2eMs !== undefined) out.e2e_ms = x.e2eMs;
+            return [c, out];
+          },
+        ),
+      ),
+      capacity_settings: {
+        mode: scenario.capacity.mode,
+        adaptive_min_capacity: scenario.capacity.minCapacity,
+        adaptive_max_capacity: scenario.capacity.maxCapacity,
+        tpot_slo_ms: scenario.capacity.tpotSloMs ?? null,
+        ttft_slo_ms: scenario.capacity.ttftSloMs ?? null,
+        load_shedding: scenario.shedding?.prioritized !== undefined,
+        keyed_shedding: scenario.shedding?.keyed !== undefined,
+      },
     },
     policies,
   };

@@ -13,15 +13,19 @@
  * the end reports the actual tokens (adjustCost) and settles the budget hold, and a preemption
  * closes the request on its worker before the preemptor is routed.
  */
+import { AdaptiveCapacity } from "../capacity/adaptive.js";
+import type { AdaptiveLimitSnapshot } from "../capacity/adaptive-limit.js";
+import { LoadShedding, type LoadSheddingStatus } from "../capacity/load-shedding.js";
+import { CapacityNotifier, type CapacitySource } from "../capacity/source.js";
 import { BudgetBook, type BudgetHold } from "../core/budgets.js";
-import { CLASS_COUNT, CLASS_RANK, type PriorityClass } from "../core/class.js";
+import { CLASS_COUNT, CLASS_RANK, classOfRank, type PriorityClass } from "../core/class.js";
 import { requiredReservation } from "../core/config.js";
 import { EventQueue, SimClock } from "./clock.js";
 import { FairnessGroup, type Window } from "./fairness.js";
 import { OUTCOME_INDEX, type Outcome, RequestLog } from "./log.js";
 import { type AdmissionPolicy, createPolicy, type SimTicket } from "./policies.js";
 import { Rng } from "./rng.js";
-import type { PolicyName, ResolvedTenant, Scenario } from "./scenario.js";
+import { type PolicyName, type ResolvedTenant, type Scenario, SLUICE_POLICIES } from "./scenario.js";
 import { Job, Worker, type WorkerListener, type WorkerStats } from "./worker.js";
 import {
   burstyArrivals,
@@ -66,6 +70,8 @@ interface TenantRuntime {
   readonly sizes: () => { prompt: number; output: number; maxTokens: number; estPrompt: number };
   readonly classRng: Rng;
   readonly thinkRng: Rng;
+  /** The session header's value for a request of user `user` (-1: open loop), or undefined. */
+  readonly session: (user: number) => string | undefined;
   arrivals: OpenArrivals | undefined;
 }
 
@@ -83,10 +89,24 @@ export interface Series {
     queued: number[];
     waitMaxMs: number[];
     waitSumMs: number[];
+    /** Refused at the door (load_shed). */
+    shed: number[];
+    /** Let in at the door (queued for admission). */
+    passed: number[];
   }[];
   tenants: { tokens: number[]; completed: number[] }[];
   /** Mean KV-cache occupancy over healthy workers, 0..1, sampled at the bucket's end. */
   kv: number[];
+  /** The adaptive controller's TPOT baseline and last TPOT p90 (ms, NaN when none), at the bucket's end. */
+  tpotBaseline: number[];
+  tpotP90: number[];
+}
+
+/** How the run's capacity was set, and the controller's and shedding's last state. */
+export interface CapacityRun {
+  mode: "static" | "adaptive";
+  controller: AdaptiveLimitSnapshot | undefined;
+  shedding: LoadSheddingStatus | undefined;
 }
 
 export interface RunResult {
@@ -99,6 +119,7 @@ export interface RunResult {
   clamps: number;
   /** Per class: sum over samples of in-flight, and of the class's entitlement (see report.ts), per window. */
   entitlement: { window: string; cls: number; inflight: number; entitled: number; samples: number }[];
+  capacity: CapacityRun;
   endMs: number;
   events: number;
 }
@@ -188,6 +209,12 @@ function buildTenant(scenario: Scenario, spec: ResolvedTenant, index: number): T
         ? poissonArrivals(curve, rng)
         : burstyArrivals(curve, spec.arrival.onMs, spec.arrival.offMs, rng);
   }
+  const sessions = spec.sessions;
+  const sessionRng = Rng.stream(seed, `tenant:${spec.name}:sessions`);
+  const session =
+    sessions === undefined
+      ? () => undefined
+      : (user: number) => `${spec.name}-${user >= 0 ? user % sessions : sessionRng.below(sessions)}`;
   return {
     index,
     spec,
@@ -196,6 +223,7 @@ function buildTenant(scenario: Scenario, spec: ResolvedTenant, index: number): T
     sizes,
     classRng: Rng.stream(seed, `tenant:${spec.name}:classes`),
     thinkRng: Rng.stream(seed, `tenant:${spec.name}:think`),
+    session,
     arrivals,
   };
 }
@@ -234,10 +262,15 @@ export async function runPolicy(
       ),
     );
   }
-  const budgets =
-    policyName === "sluice"
-      ? new BudgetBook({ policies: scenario.tenantPolicies, pricing: scenario.pricing, clock })
-      : undefined;
+  const sluice = SLUICE_POLICIES.includes(policyName);
+  const budgets = sluice
+    ? new BudgetBook({ policies: scenario.tenantPolicies, pricing: scenario.pricing, clock })
+    : undefined;
+  // Issue 12's gateway features, for the sluice policies: shedding at the door when configured, and
+  // adaptive capacity for sluice-adaptive (and sluice under capacity_mode: adaptive).
+  const shedding = sluice && scenario.shedding ? new LoadShedding(scenario.shedding, clock) : undefined;
+  const adaptiveMode =
+    policyName === "sluice-adaptive" || (policyName === "sluice" && scenario.capacity.mode === "adaptive");
 
   // --- series ---
   const series: Series = {
@@ -252,9 +285,13 @@ export async function runPolicy(
       queued: [],
       waitMaxMs: [],
       waitSumMs: [],
+      shed: [],
+      passed: [],
     })),
     tenants: tenants.map(() => ({ tokens: [], completed: [] })),
     kv: [],
+    tpotBaseline: [],
+    tpotP90: [],
   };
   const bump = (arr: number[], t: number, by = 1) => {
     const b = Math.floor(t / bucketMs);
@@ -277,6 +314,14 @@ export async function runPolicy(
     finished(job, t) {
       const req = job.ref as SimRequest;
       const tokens = req.prompt + req.output;
+      // The gateway's sample at the end of a stream: TTFT from dispatch, then the decode pace.
+      adaptive?.sample({
+        kind: "ok",
+        ttftMs: req.firstAt - req.admittedAt,
+        promptTokens: req.prompt,
+        tpotMs: req.output >= 2 ? (t - req.firstAt) / (req.output - 1) : undefined,
+      });
+      shedding?.served(classOfRank(req.cls), req.tenant.spec.key, tokens);
       policy.adjustCost(req.ticket!, tokens);
       if (req.hold) budgets!.settle(req.hold, { inputTokens: req.prompt, outputTokens: req.output });
       leaveFleet(req);
@@ -293,6 +338,10 @@ export async function runPolicy(
         if (Number.isNaN(req.firstAt)) budgets!.refund(req.hold);
         else budgets!.settle(req.hold, undefined);
       }
+      // A reset or a context-length refusal is no overload signal (the gateway counts only a
+      // worker's 429/503 and upstream timeouts); what was served still counts for shedding.
+      if (!Number.isNaN(req.firstAt))
+        shedding?.served(classOfRank(req.cls), req.tenant.spec.key, req.estimate);
       leaveFleet(req);
       req.ticket!.release();
       end(req, reason, t);
@@ -301,9 +350,31 @@ export async function runPolicy(
   const workers = scenario.workers.map((w, i) => new Worker(i, w.name, w.profile, clock, listener));
   let pin: number | undefined;
   const fleetCapacity = () => workers.reduce((s, w) => s + (w.up ? w.profile.maxRunning : 0), 0);
-  const capacity = () => scenario.capacityPin ?? pin ?? fleetCapacity();
+  // What the workers report (healthy ones only), as the gateway's discovered capacity source.
+  const reported = new CapacityNotifier();
+  const discovered: CapacitySource = {
+    get capacity() {
+      return fleetCapacity();
+    },
+    subscribe: (listener) => reported.subscribe(listener),
+  };
+  const adaptive = adaptiveMode
+    ? new AdaptiveCapacity(
+        discovered,
+        {
+          ...scenario.capacity.tuning,
+          minCapacity: scenario.capacity.minCapacity,
+          maxCapacity: scenario.capacity.maxCapacity,
+          tpotSloMs: scenario.capacity.tpotSloMs,
+          ttftSloMs: scenario.capacity.ttftSloMs,
+        },
+        clock,
+      )
+    : undefined;
+  const capacity = () => scenario.capacityPin ?? pin ?? adaptive?.capacity ?? fleetCapacity();
   const policy: AdmissionPolicy = createPolicy(policyName, scenario, capacity(), clock);
   let liveCapacity = capacity();
+  adaptive?.subscribe(() => applyCapacity());
   const applyCapacity = () => {
     const c = capacity();
     if (c !== liveCapacity) {
@@ -372,7 +443,18 @@ export async function runPolicy(
   };
   const leaveFleet = (req: SimRequest) => {
     inflight[req.cls]!--;
+    adaptive?.inflight(-1);
     groups[req.cls]!.finished(req.estimate);
+  };
+  /** The request left the admission queue (admitted or not): the queue counts and its wait. */
+  const leaveQueue = (req: SimRequest, now: number) => {
+    queued[req.cls]!--;
+    adaptive?.queued(-1);
+    if (shedding) {
+      const cls = classOfRank(req.cls);
+      shedding.queue(cls, req.tenant.spec.key, -1);
+      shedding.queueWait(cls, now - req.arrival);
+    }
   };
   const onPreempted = (req: SimRequest) => {
     if (req.state !== ADMITTED) return;
@@ -388,8 +470,9 @@ export async function runPolicy(
     const g = groups[req.cls]!;
     g.dispatched(req.tenant.index, req.prompt + req.output, req.estimate, now);
     g.left(req.tenant.index, now);
-    queued[req.cls]!--;
     inflight[req.cls]!++;
+    adaptive?.inflight(1);
+    leaveQueue(req, now);
     req.state = ADMITTED;
     req.ticket = ticket;
     req.admittedAt = now;
@@ -418,7 +501,7 @@ export async function runPolicy(
     handled++;
     const now = clock.now();
     groups[req.cls]!.left(req.tenant.index, now);
-    queued[req.cls]!--;
+    leaveQueue(req, now);
     if (req.hold) budgets!.refund(req.hold);
     end(req, codeOf(err), now);
   };
@@ -456,6 +539,21 @@ export async function runPolicy(
       }
       req.hold = verdict;
     }
+    const cs = series.classes[m.rank]!;
+    if (shedding) {
+      // Shedding at the door, after the budgets and before the queue, as in the gateway.
+      const cls = classOfRank(m.rank);
+      const verdict = shedding.check(cls, tenant.spec.key, tenant.session(user));
+      if (verdict.shed) {
+        if (req.hold) budgets!.refund(req.hold);
+        bump(cs.shed, now);
+        end(req, "load_shed", now);
+        return;
+      }
+      shedding.queue(cls, tenant.spec.key, 1);
+    }
+    bump(cs.passed, now);
+    adaptive?.queued(1);
     queued[m.rank]!++;
     groups[m.rank]!.queued(tenant.index, now);
     let signal: AbortSignal | undefined;
@@ -514,12 +612,14 @@ export async function runPolicy(
       const ws = ph.fail.workers;
       clock.at(ph.fromMs, () => {
         for (const i of ws) workers[i]!.up = false; // stop routing there first
+        reported.changed(fleetCapacity());
         applyCapacity();
         for (const i of ws) workers[i]!.fail();
       });
       if (Number.isFinite(ph.toMs)) {
         clock.at(ph.toMs, () => {
           for (const i of ws) workers[i]!.recover();
+          reported.changed(fleetCapacity());
           applyCapacity();
         });
       }
@@ -563,6 +663,11 @@ export async function runPolicy(
       kv += w.kvTokensUsed / w.profile.kvTokens;
     }
     series.kv[b] = up > 0 ? kv / up : 0;
+    if (adaptive) {
+      const snap = adaptive.controller.snapshot();
+      series.tpotBaseline[b] = snap.tpotBaselineMs ?? Number.NaN;
+      series.tpotP90[b] = snap.tpotP90Ms ?? Number.NaN;
+    }
     // Entitlement of class c: the capacity no higher class holds, by reservation or by use.
     const reserved = reservations(liveCapacity);
     for (const e of entitlement) {
@@ -601,10 +706,14 @@ export async function runPolicy(
   // the run under overload. Restored when the loop ends.
   const stackLimit = Error.stackTraceLimit;
   Error.stackTraceLimit = 0;
+  adaptive?.start();
+  shedding?.start();
   try {
     await loop();
   } finally {
     Error.stackTraceLimit = stackLimit;
+    adaptive?.stop();
+    shedding?.stop();
   }
   async function loop(): Promise<void> {
     for (;;) {
@@ -671,6 +780,11 @@ export async function runPolicy(
     promotions: policy.promotions(),
     clamps: policy.clamps(),
     entitlement,
+    capacity: {
+      mode: adaptive ? "adaptive" : "static",
+      controller: adaptive?.controller.snapshot(),
+      shedding: shedding?.status(),
+    },
     endMs: finalT,
     events,
   };

@@ -10,6 +10,12 @@ import { readFileSync } from "node:fs";
 import { basename, dirname, isAbsolute, resolve } from "node:path";
 import { parse as parseYaml } from "yaml";
 import { z } from "zod";
+import {
+  ADAPTIVE_LIMIT_KEYS,
+  type AdaptiveTuning,
+  resolveAdaptiveLimitOptions,
+} from "../capacity/adaptive-limit.js";
+import { LoadShedding, type LoadSheddingOptions } from "../capacity/load-shedding.js";
 import { pricingSchema } from "../config/pricing.js";
 import { parseSchedulerConfig, parseSchedulerYaml } from "../config/scheduler-file.js";
 import { PRIORITY_CLASSES, type PriorityClass } from "../core/class.js";
@@ -21,11 +27,19 @@ import {
   type TenantPolicy,
 } from "../core/config.js";
 import { ConfigError } from "../core/errors.js";
+import { EventQueue, SimClock } from "./clock.js";
 import { type KvPolicy, PROFILE_NAMES, WORKER_PROFILES, type WorkerProfile } from "./profiles.js";
 import { type LengthSpec, loadTrace, type Trace } from "./workload.js";
 
-export const POLICY_NAMES = ["fifo", "strict", "sluice"] as const;
+export const POLICY_NAMES = ["fifo", "strict", "sluice", "sluice-adaptive"] as const;
 export type PolicyName = (typeof POLICY_NAMES)[number];
+/** The policies a scenario runs when it lists none. */
+export const DEFAULT_POLICIES: readonly PolicyName[] = ["fifo", "strict", "sluice"];
+/** Policies that run sluice's core (budgets, the tenant policy, shedding, adaptive capacity). */
+export const SLUICE_POLICIES: readonly PolicyName[] = ["sluice", "sluice-adaptive"];
+
+export const CAPACITY_MODES = ["static", "adaptive"] as const;
+export type CapacityMode = (typeof CAPACITY_MODES)[number];
 
 export const ROUTINGS = ["least_loaded", "round_robin", "power_of_two"] as const;
 export type Routing = (typeof ROUTINGS)[number];
@@ -41,8 +55,20 @@ export const METRICS = [
   "rejected_fraction",
   "slo_attainment",
   "entitlement_ratio",
+  "goodput_rps",
+  "tpot_p99_ms",
+  "tpot_slo_attainment",
+  "shed_fraction",
+  "shed_inversions",
+  "convergence_secs",
+  "limit_median",
+  "tpot_baseline_ms",
 ] as const;
 export type MetricName = (typeof METRICS)[number];
+/** Metrics of the whole fleet: an expectation gives no class. */
+export const FLEET_METRICS: readonly MetricName[] = ["convergence_secs", "limit_median", "tpot_baseline_ms"];
+/** Metrics over every class when an expectation gives none. */
+export const ANY_CLASS_METRICS: readonly MetricName[] = ["goodput_rps", "tpot_p99_ms"];
 
 // --- schema ------------------------------------------------------------------------------------
 
@@ -150,6 +176,7 @@ const tenantSchema = z.strictObject({
     .max(0.9, "must be between 0 and 0.9")
     .optional(),
   patience: positiveSecs.optional(),
+  sessions: posInt().optional(),
 });
 
 const workerRef = z.union([nonNegInt(), z.string()]);
@@ -202,13 +229,61 @@ const sloSchema = z.strictObject({
 const expectSchema = z
   .strictObject({
     metric: z.enum(METRICS, { error: () => `must be one of ${METRICS.join(", ")}` }),
-    class: classEnum,
+    class: classEnum.optional(),
     during: z.string().optional(),
+    relative_to: z.string().optional(),
     max: num().optional(),
     min: num().optional(),
     label: z.string().optional(),
   })
   .refine((e) => e.max !== undefined || e.min !== undefined, { message: "give max or min" });
+
+const sheddableClass = z.enum(["bulk", "default", "interactive"], {
+  error: () => "must be bulk, default or interactive (system is never shed)",
+});
+
+/** The gateway's `load_shedding` block (prioritized shedding), same keys. */
+const loadSheddingSchema = z.strictObject({
+  max_queue_wait_ms: posNum(),
+  usage_half_life_secs: posNum().optional(),
+  codel_classes: z.array(sheddableClass, { error: "must be a list of classes" }).optional(),
+  codel_target_ms: posNum().optional(),
+  codel_interval_ms: posNum().optional(),
+});
+
+/** The gateway's `keyed_shedding` block, same keys. */
+const keyedSheddingSchema = z.strictObject({
+  header: z.string({ error: "must be a header name" }).min(1, "must be a header name").optional(),
+  classes: z.array(sheddableClass, { error: "must be a list of classes" }).optional(),
+  target_delay_ms: posNum().optional(),
+  rotation_window_secs: posNum().optional(),
+  decrease_fraction: posNum().lt(1, "must be < 1").optional(),
+  increase_step: posNum().max(100, "must be <= 100").optional(),
+  min_percent: num().min(0, "must be >= 0").max(100, "must be <= 100").optional(),
+});
+
+/** The controller's tuning constants by YAML key (adaptive_window_ms, ...): numbers, checked by the controller. */
+const TUNING_KEYS = Object.entries(ADAPTIVE_LIMIT_KEYS).filter(
+  ([option]) => !["minCapacity", "maxCapacity", "initialCapacity", "tpotSloMs", "ttftSloMs"].includes(option),
+) as [keyof AdaptiveTuning, string][];
+
+/** Issue 12's gateway keys (capacity mode, adaptive bounds and SLOs, shedding), in `policy:` and the gateway file. */
+function capacitySchemaShape() {
+  return {
+    adaptive_tuning: z
+      .strictObject(Object.fromEntries(TUNING_KEYS.map(([, key]) => [key, num().optional()])))
+      .optional(),
+    capacity_mode: z
+      .enum(CAPACITY_MODES, { error: () => `must be one of ${CAPACITY_MODES.join(", ")}` })
+      .optional(),
+    adaptive_min_capacity: posInt().optional(),
+    adaptive_max_capacity: posInt().optional(),
+    tpot_slo_ms: posNum().optional(),
+    ttft_slo_ms: posNum().optional(),
+    load_shedding: loadSheddingSchema.optional(),
+    keyed_shedding: keyedSheddingSchema.optional(),
+  };
+}
 
 const policySchema = z.strictObject({
   scheduler_config: z.string().optional(),
@@ -228,6 +303,7 @@ const policySchema = z.strictObject({
     .optional(),
   strict: z.strictObject({ wakeup_ms: nonNegNum().optional() }).optional(),
   pricing: pricingSchema.optional(),
+  ...capacitySchemaShape(),
 });
 
 export const scenarioSchema = z.strictObject({
@@ -249,9 +325,9 @@ export const scenarioSchema = z.strictObject({
     .array(z.enum(POLICY_NAMES, { error: () => `must be one of ${POLICY_NAMES.join(", ")}` }))
     .min(1, "must list at least one policy")
     .optional(),
-  slo: z.record(classEnum, sloSchema, { error: "must map class names to SLOs" }).optional(),
+  slo: z.partialRecord(classEnum, sloSchema, { error: "must map class names to SLOs" }).optional(),
   expect: z.array(expectSchema).optional(),
-  report: z.strictObject({ bucket: positiveSecs.optional() }).optional(),
+  report: z.strictObject({ bucket: positiveSecs.optional(), slo_window: positiveSecs.optional() }).optional(),
 });
 
 export type ScenarioDoc = z.infer<typeof scenarioSchema>;
@@ -297,31 +373,42 @@ function article(expected: string): string {
 /** A readable default label for an expectation, e.g. "interactive p99 queue wait <= 100 ms during flood". */
 export function expectationLabel(
   metric: MetricName,
-  cls: PriorityClass,
+  cls: PriorityClass | undefined,
   min: number | undefined,
   max: number | undefined,
   during: string | undefined,
+  relativeTo?: string | undefined,
 ): string {
   const pc = (v: number) => `${Math.round(v * 1000) / 10}%`;
-  const [what, fmt]: [string, (v: number) => string] = {
-    weighted_share_error: ["token shares off their weights by", pc] as [string, (v: number) => string],
-    jain_index: ["Jain's index over tokens/weight", String] as [string, (v: number) => string],
-    service_gap_vtc_ratio: ["largest service gap, in VTC bounds,", (v: number) => `${v}x`] as [
-      string,
-      (v: number) => string,
-    ],
-    queue_wait_p99_ms: ["p99 queue wait", (v: number) => `${v} ms`] as [string, (v: number) => string],
-    queue_wait_p50_ms: ["median queue wait", (v: number) => `${v} ms`] as [string, (v: number) => string],
-    ttft_p99_ms: ["p99 time to first token", (v: number) => `${v} ms`] as [string, (v: number) => string],
-    e2e_p99_ms: ["p99 end-to-end latency", (v: number) => `${v} ms`] as [string, (v: number) => string],
-    rejected_fraction: ["rejected or failed", pc] as [string, (v: number) => string],
-    slo_attainment: ["requests within SLO", pc] as [string, (v: number) => string],
-    entitlement_ratio: ["slots held, of its entitlement,", pc] as [string, (v: number) => string],
-  }[metric];
+  const msf = (v: number) => `${v} ms`;
+  const labels: Record<MetricName, [string, (v: number) => string]> = {
+    weighted_share_error: ["token shares off their weights by", pc],
+    jain_index: ["Jain's index over tokens/weight", String],
+    service_gap_vtc_ratio: ["largest service gap, in VTC bounds,", (v) => `${v}x`],
+    queue_wait_p99_ms: ["p99 queue wait", msf],
+    queue_wait_p50_ms: ["median queue wait", msf],
+    ttft_p99_ms: ["p99 time to first token", msf],
+    e2e_p99_ms: ["p99 end-to-end latency", msf],
+    rejected_fraction: ["rejected or failed", pc],
+    slo_attainment: ["requests within SLO", pc],
+    entitlement_ratio: ["slots held, of its entitlement,", pc],
+    goodput_rps: ["goodput after convergence", (v) => `${v} req/s`],
+    tpot_p99_ms: ["p99 time per output token", msf],
+    tpot_slo_attainment: ["SLO windows after convergence with p99 TPOT within SLO", pc],
+    shed_fraction: ["shed at the door", pc],
+    shed_inversions: ["requests shed while a lower class got in", String],
+    convergence_secs: ["capacity limit converged (within 20% of its final median) in", (v) => `${v} s`],
+    limit_median: ["capacity limit, median over the second half,", String],
+    tpot_baseline_ms: ["adaptive TPOT baseline, median,", msf],
+  };
+  const [what, fmt0] = labels[metric];
+  const fmt = relativeTo === undefined ? fmt0 : (v: number) => `${v}x`;
   const bounds = [min !== undefined ? `>= ${fmt(min)}` : "", max !== undefined ? `<= ${fmt(max)}` : ""]
     .filter(Boolean)
     .join(" and ");
-  return `${cls} ${what} ${bounds}${during ? ` during ${during}` : ""}`;
+  const rel =
+    relativeTo === undefined ? "" : ` (relative to ${relativeTo === "all" ? "the whole run" : relativeTo})`;
+  return `${cls ?? "fleet"} ${what}${rel} ${bounds}${during ? ` during ${during}` : ""}`;
 }
 
 // --- resolution --------------------------------------------------------------------------------
@@ -348,6 +435,8 @@ export interface ResolvedTenant {
   maxTokens: LengthSpec | undefined;
   promptEstimateError: number;
   patienceMs: number | undefined;
+  /** Session ids its requests carry (the keyed-shedding header), or undefined for none. */
+  sessions: number | undefined;
 }
 
 export interface ResolvedPhase {
@@ -362,8 +451,11 @@ export interface ResolvedPhase {
 
 export interface Expectation {
   metric: MetricName;
-  cls: PriorityClass;
+  /** Undefined: the fleet (FLEET_METRICS) or every class (ANY_CLASS_METRICS). */
+  cls: PriorityClass | undefined;
   during: string | undefined;
+  /** The value is divided by the same metric over this phase ("all": the whole run). */
+  relativeTo: string | undefined;
   max: number | undefined;
   min: number | undefined;
   label: string;
@@ -401,6 +493,23 @@ export interface Scenario {
   slo: Record<PriorityClass, Slo>;
   expectations: Expectation[];
   bucketMs: number;
+  /** The windows SLO attainment and per-window p99 TPOT are measured over (report.slo_window). */
+  sloWindowMs: number;
+  /** Capacity for the sluice policies: the mode `sluice` runs (`sluice-adaptive` is always adaptive). */
+  capacity: CapacitySettings;
+  /** Shedding at the door for the sluice policies; undefined when neither block is given. */
+  shedding: LoadSheddingOptions | undefined;
+}
+
+export interface CapacitySettings {
+  mode: CapacityMode;
+  /** Resolved bounds (adaptive_max_capacity defaults to the fleet's reported capacity). */
+  minCapacity: number;
+  maxCapacity: number;
+  tpotSloMs: number | undefined;
+  ttftSloMs: number | undefined;
+  /** The controller's tuning constants given in `adaptive_tuning` (the rest take its defaults). */
+  tuning: Partial<AdaptiveTuning>;
 }
 
 export interface ScenarioOverrides {
@@ -620,6 +729,7 @@ export function resolveScenario(
       maxTokens: t.max_tokens as LengthSpec | undefined,
       promptEstimateError: t.prompt_estimate_error ?? 0,
       patienceMs: t.patience !== undefined ? t.patience * 1000 : undefined,
+      sessions: t.sessions,
     };
   });
   let tenantPolicies: ReadonlyMap<string, TenantPolicy>;
@@ -643,12 +753,14 @@ export function resolveScenario(
     const toMs = p.until !== undefined ? p.until * 1000 : Number.POSITIVE_INFINITY;
     if (!(toMs > fromMs)) throw new ConfigError(at(`${path}.until`), "must be after at");
     if (
+      p.name === undefined &&
       p.rate === undefined &&
       p.slowdown === undefined &&
       p.fail === undefined &&
       p.capacity === undefined
     ) {
-      throw new ConfigError(at(path), "give at least one of rate, slowdown, fail, capacity");
+      // A named phase without effects is a window to measure (`during:`); an unnamed one is a mistake.
+      throw new ConfigError(at(path), "give at least one of rate, slowdown, fail, capacity (or a name)");
     }
     if (p.rate) {
       p.rate.tenants.forEach((n, j) => {
@@ -677,7 +789,7 @@ export function resolveScenario(
   });
 
   // The reservations must fit the capacity the schedulers start with, as at the gateway's startup.
-  const policyNames = overrides.policies ?? s.policies ?? [...POLICY_NAMES];
+  const policyNames = overrides.policies ?? s.policies ?? [...DEFAULT_POLICIES];
   const startCapacity = pol.capacity ?? workers.reduce((sum, w) => sum + w.profile.maxRunning, 0);
   const reserved = PRIORITY_CLASSES.map((c) => requiredReservation(settings.classes[c], startCapacity));
   const totalReserved = reserved.reduce((a, b) => a + b, 0);
@@ -697,17 +809,30 @@ export function resolveScenario(
     if (v) slo[cls as PriorityClass] = { ttftMs: v.ttft_ms, tpotMs: v.tpot_ms, e2eMs: v.e2e_ms };
   }
 
+  const capacity = capacitySettings(pol, gw.capacity, startCapacity, policyNames, at);
+  const shedding = sheddingSettings(pol, gw.capacity, at);
+
   const expectations: Expectation[] = (s.expect ?? []).map((e, i) => {
     if (e.during !== undefined && !phaseNames.has(e.during)) {
       throw new ConfigError(at(`expect.${i}.during`), `no phase named ${e.during}`);
+    }
+    if (e.relative_to !== undefined && e.relative_to !== "all" && !phaseNames.has(e.relative_to)) {
+      throw new ConfigError(at(`expect.${i}.relative_to`), `no phase named ${e.relative_to}`);
+    }
+    if (e.class !== undefined && FLEET_METRICS.includes(e.metric)) {
+      throw new ConfigError(at(`expect.${i}.class`), `${e.metric} is measured over the fleet: give no class`);
+    }
+    if (e.class === undefined && !FLEET_METRICS.includes(e.metric) && !ANY_CLASS_METRICS.includes(e.metric)) {
+      throw new ConfigError(at(`expect.${i}.class`), `is required for ${e.metric}`);
     }
     return {
       metric: e.metric,
       cls: e.class,
       during: e.during,
+      relativeTo: e.relative_to,
       max: e.max,
       min: e.min,
-      label: e.label ?? expectationLabel(e.metric, e.class, e.min, e.max, e.during),
+      label: e.label ?? expectationLabel(e.metric, e.class, e.min, e.max, e.during, e.relative_to),
     };
   });
 
@@ -738,6 +863,9 @@ export function resolveScenario(
     slo,
     expectations,
     bucketMs: (s.report?.bucket ?? 1) * 1000,
+    sloWindowMs: (s.report?.slo_window ?? 10) * 1000,
+    capacity,
+    shedding,
   };
 }
 
@@ -757,11 +885,23 @@ function gatewaySettings(file: Record<string, unknown>, label: string) {
     queue_size: nonNegInt().optional(),
     queue_timeout_secs: posNum().optional(),
     pricing: pricingSchema.optional(),
+    ...capacitySchemaShape(),
   });
   const parsed = shape.safeParse(file);
   if (!parsed.success) throw issueError(parsed.error, label, file);
   const g = parsed.data;
+  const capacity: CapacityKeys = {
+    adaptive_tuning: g.adaptive_tuning,
+    capacity_mode: g.capacity_mode,
+    adaptive_min_capacity: g.adaptive_min_capacity,
+    adaptive_max_capacity: g.adaptive_max_capacity,
+    tpot_slo_ms: g.tpot_slo_ms,
+    ttft_slo_ms: g.ttft_slo_ms,
+    load_shedding: g.load_shedding,
+    keyed_shedding: g.keyed_shedding,
+  };
   return {
+    capacity,
     schedulerConfig: g.priority_scheduler_config,
     defaultMaxClass: g.priority_scheduler_default_max_class,
     legacy: {
@@ -771,4 +911,114 @@ function gatewaySettings(file: Record<string, unknown>, label: string) {
     },
     pricing: g.pricing,
   };
+}
+
+const capacityKeysSchema = z.object(capacitySchemaShape());
+type CapacityKeys = z.infer<typeof capacityKeysSchema>;
+
+/** Where a capacity key was given: `policy.<key>`, else the gateway file. */
+function keyPath(pol: CapacityKeys, key: keyof CapacityKeys, at: (p: string) => string): string {
+  return pol[key] !== undefined ? at(`policy.${key}`) : `${at("policy.gateway_config")}: ${key}`;
+}
+
+/**
+ * The capacity the sluice policies run with: `policy.*` over the gateway file's keys, validated by
+ * the controller's own option checks (a bad value names its key).
+ */
+function capacitySettings(
+  pol: CapacityKeys & { capacity?: number | undefined },
+  gw: CapacityKeys,
+  fleetCapacity: number,
+  policies: readonly PolicyName[],
+  at: (p: string) => string,
+): CapacitySettings {
+  const mode = pol.capacity_mode ?? gw.capacity_mode ?? "static";
+  const adaptiveRuns =
+    policies.includes("sluice-adaptive") || (mode === "adaptive" && policies.includes("sluice"));
+  if (adaptiveRuns && pol.capacity !== undefined) {
+    throw new ConfigError(
+      at("policy.capacity"),
+      "pins the capacity: give it or adaptive capacity (capacity_mode: adaptive, the sluice-adaptive policy), not both",
+    );
+  }
+  const minCapacity = pol.adaptive_min_capacity ?? gw.adaptive_min_capacity ?? 1;
+  const maxGiven = pol.adaptive_max_capacity ?? gw.adaptive_max_capacity;
+  const maxCapacity = maxGiven ?? fleetCapacity;
+  const tpotSloMs = pol.tpot_slo_ms ?? gw.tpot_slo_ms;
+  const ttftSloMs = pol.ttft_slo_ms ?? gw.ttft_slo_ms;
+  const tuningKeys = { ...(gw.adaptive_tuning ?? {}), ...(pol.adaptive_tuning ?? {}) };
+  const tuning: Partial<AdaptiveTuning> = {};
+  for (const [option, key] of TUNING_KEYS) {
+    if (tuningKeys[key] !== undefined) tuning[option] = tuningKeys[key];
+  }
+  if (maxGiven === undefined && minCapacity > maxCapacity) {
+    throw new ConfigError(
+      keyPath(pol, "adaptive_min_capacity", at),
+      `must be <= the fleet's reported capacity (${minCapacity} > ${fleetCapacity}), adaptive_max_capacity's default`,
+    );
+  }
+  try {
+    resolveAdaptiveLimitOptions({
+      ...tuning,
+      minCapacity,
+      maxCapacity,
+      initialCapacity: fleetCapacity,
+      tpotSloMs,
+      ttftSloMs,
+    });
+  } catch (err) {
+    if (!(err instanceof ConfigError)) throw err;
+    const reason = err.message.slice(err.path.length + 2);
+    if (TUNING_KEYS.some(([, key]) => key === err.path)) {
+      const inPolicy = pol.adaptive_tuning?.[err.path] !== undefined;
+      throw new ConfigError(
+        inPolicy
+          ? at(`policy.adaptive_tuning.${err.path}`)
+          : `${at("policy.gateway_config")}: adaptive_tuning.${err.path}`,
+        reason,
+      );
+    }
+    throw new ConfigError(keyPath(pol, err.path as keyof CapacityKeys, at), reason);
+  }
+  return { mode, minCapacity, maxCapacity, tpotSloMs, ttftSloMs, tuning };
+}
+
+/** The shedding blocks as LoadShedding options, checked by its constructor (errors name the key). */
+function sheddingSettings(
+  pol: CapacityKeys,
+  gw: CapacityKeys,
+  at: (p: string) => string,
+): LoadSheddingOptions | undefined {
+  const p = pol.load_shedding ?? gw.load_shedding;
+  const k = pol.keyed_shedding ?? gw.keyed_shedding;
+  if (p === undefined && k === undefined) return undefined;
+  const options: LoadSheddingOptions = {};
+  if (p !== undefined) {
+    options.prioritized = {
+      maxQueueWaitMs: p.max_queue_wait_ms,
+      ...(p.usage_half_life_secs !== undefined ? { usageHalfLifeMs: p.usage_half_life_secs * 1000 } : {}),
+      ...(p.codel_classes !== undefined ? { codelClasses: p.codel_classes } : {}),
+      ...(p.codel_target_ms !== undefined ? { codelTargetMs: p.codel_target_ms } : {}),
+      ...(p.codel_interval_ms !== undefined ? { codelIntervalMs: p.codel_interval_ms } : {}),
+    };
+  }
+  if (k !== undefined) {
+    options.keyed = {
+      ...(k.header !== undefined ? { header: k.header } : {}),
+      ...(k.classes !== undefined ? { classes: k.classes } : {}),
+      ...(k.target_delay_ms !== undefined ? { targetDelayMs: k.target_delay_ms } : {}),
+      ...(k.rotation_window_secs !== undefined ? { rotationWindowMs: k.rotation_window_secs * 1000 } : {}),
+      ...(k.decrease_fraction !== undefined ? { decreaseFraction: k.decrease_fraction } : {}),
+      ...(k.increase_step !== undefined ? { increaseStep: k.increase_step } : {}),
+      ...(k.min_percent !== undefined ? { minPercent: k.min_percent } : {}),
+    };
+  }
+  try {
+    new LoadShedding(options, new SimClock(new EventQueue(), 0));
+  } catch (err) {
+    if (!(err instanceof ConfigError)) throw err;
+    const [block, key] = err.path.split(".") as [keyof CapacityKeys, string];
+    throw new ConfigError(`${keyPath(pol, block, at)}.${key}`, err.message.slice(err.path.length + 2));
+  }
+  return options;
 }

@@ -24,7 +24,12 @@ const PALETTE = [
   "#b2df8a",
   "#cab2d6",
 ];
-const POLICY_COLORS: Record<PolicyName, string> = { fifo: "#999999", strict: "#fdb462", sluice: "#1f78b4" };
+const POLICY_COLORS: Record<PolicyName, string> = {
+  fifo: "#999999",
+  strict: "#fdb462",
+  sluice: "#1f78b4",
+  "sluice-adaptive": "#e31a1c",
+};
 
 function esc(s: string): string {
   return s.replace(/&/g, "&amp;").replace(/</g, "&lt;").replace(/>/g, "&gt;").replace(/"/g, "&quot;");
@@ -337,6 +342,41 @@ export function reportCharts(report: Report): Record<string, string> {
         })),
       };
     }, "mean"),
+  );
+  charts["capacity.svg"] = linePanels(
+    `${name}: the capacity limit, requests in flight and queued`,
+    "requests",
+    panelsOf((p) => {
+      const ts = report.policies[p]!.timeseries;
+      const sum = (metric: "inflight" | "queued") =>
+        ts.t.map((_, i) => Object.values(ts.classes).reduce((a, c) => a + (c?.[metric][i] ?? 0), 0));
+      return {
+        x: ts.t,
+        lines: [
+          { name: "limit", color: "#444444", values: ts.capacity, dashed: true },
+          { name: "in flight", color: "#1f78b4", values: sum("inflight") },
+          { name: "queued", color: "#ff7f00", values: sum("queued") },
+        ],
+      };
+    }, "mean"),
+  );
+  charts["tpot.svg"] = linePanels(
+    `${name}: p99 time per output token per ${report.policies[policies[0]!]!.timeseries.slo_windows.window_s} s, per class (dashed: its SLO)`,
+    "p99 TPOT, ms",
+    panelsOf((p) => {
+      const sw = report.policies[p]!.timeseries.slo_windows;
+      const lines: Line[] = [];
+      for (const c of [...PRIORITY_CLASSES].reverse()) {
+        const x = sw.classes[c];
+        if (x === undefined) continue;
+        lines.push({ name: c, color: CLASS_COLORS[c], values: x.tpot_p99_ms.map((v) => v ?? Number.NaN) });
+        const slo = report.scenario.slo?.[c]?.tpot_ms;
+        if (slo !== undefined) {
+          lines.push({ name: `${c} SLO`, color: CLASS_COLORS[c], values: sw.t.map(() => slo), dashed: true });
+        }
+      }
+      return { x: sw.t, lines };
+    }, "max"),
   );
   const first = report.policies[policies[0]!]!;
   for (const cls of PRIORITY_CLASSES) {

@@ -3,6 +3,7 @@
  * queue wait, TTFT and throughput; fairness per class; the scenario's expectations per policy.
  */
 import { CLASSES_HIGH_TO_LOW } from "../core/class.js";
+import type { CapacityWindow } from "./capacity-report.js";
 import type { Report } from "./report.js";
 import type { PolicyName } from "./scenario.js";
 
@@ -23,6 +24,24 @@ const ms = (v: number | null) =>
 const pct = (v: number | null) => (v === null ? "-" : `${(v * 100).toFixed(1)}%`);
 const num = (v: number) =>
   v >= 1e6 ? `${(v / 1e6).toFixed(2)}M` : v >= 1e4 ? `${(v / 1e3).toFixed(1)}k` : `${Math.round(v)}`;
+
+/** Per class, "class 97.5%" for TPOT windows in SLO, and for the share shed (classes with any). */
+export function classSummaries(
+  w: CapacityWindow,
+  format: (v: number | null) => string,
+): { inSlo: string; shed: string } {
+  const entries = Object.entries(w.classes);
+  return {
+    inSlo: entries
+      .filter(([, c]) => c?.tpot_slo_attainment !== null && c?.tpot_slo_attainment !== undefined)
+      .map(([c, v]) => `${c} ${format(v!.tpot_slo_attainment)}`)
+      .join(", "),
+    shed: entries
+      .filter(([, c]) => (c?.shed_fraction ?? 0) > 0)
+      .map(([c, v]) => `${c} ${format(v!.shed_fraction)}`)
+      .join(", "),
+  };
+}
 
 export function summaryTable(report: Report): string {
   const s = report.scenario;
@@ -100,6 +119,49 @@ export function summaryTable(report: Report): string {
   }
   if (fairRows.length > 1)
     out.push("", "fairness while every tenant of the class is backlogged:", pad(fairRows));
+
+  const settings = s.capacity_settings;
+  const capacityShown =
+    settings.load_shedding ||
+    settings.keyed_shedding ||
+    policies.some((p) => report.policies[p]!.capacity.mode === "adaptive");
+  if (capacityShown) {
+    const capRows: string[][] = [
+      [
+        "policy",
+        "window",
+        "mode",
+        "limit median",
+        "range",
+        "converged",
+        "goodput/s",
+        "TPOT p99 in SLO",
+        "shed",
+      ],
+    ];
+    for (const p of policies) {
+      const r = report.policies[p]!;
+      for (const [w, x] of Object.entries(r.capacity.windows)) {
+        const { inSlo, shed } = classSummaries(x, pct);
+        capRows.push([
+          p,
+          w,
+          r.capacity.mode,
+          x.limit ? String(x.limit.final_median) : "-",
+          x.limit ? `${x.limit.min}..${x.limit.max}` : "-",
+          x.convergence_s === null ? "-" : `${x.convergence_s} s`,
+          x.goodput_rps.toFixed(1),
+          inSlo || "-",
+          shed || "0",
+        ]);
+      }
+    }
+    out.push(
+      "",
+      `capacity per window (limit median over its second half; converged: stays within 20% of it; goodput and TPOT windows counted after that; TPOT windows ${report.policies[policies[0]!]!.timeseries.slo_windows.window_s} s):`,
+      pad(capRows),
+    );
+  }
 
   const exps = report.policies[policies[0]!]!.expectations;
   if (exps.length > 0) {

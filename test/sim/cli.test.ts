@@ -70,7 +70,15 @@ test("CLI: --json prints the same bytes as another run of the same scenario and 
   assert.equal(readFileSync(join(out, "report.json"), "utf8"), one.stdout);
   assert.equal(readFileSync(join(out, "summary.txt"), "utf8"), table.stdout);
   const charts = readdirSync(join(out, "charts")).sort();
-  assert.deepEqual(charts, ["inflight.svg", "queue-wait.svg", "queued.svg", "shares-bulk.svg", "tokens.svg"]);
+  assert.deepEqual(charts, [
+    "capacity.svg",
+    "inflight.svg",
+    "queue-wait.svg",
+    "queued.svg",
+    "shares-bulk.svg",
+    "tokens.svg",
+    "tpot.svg",
+  ]);
   for (const c of charts) {
     const svg = readFileSync(join(out, "charts", c), "utf8");
     assert.match(svg, /^<svg xmlns="http:\/\/www.w3.org\/2000\/svg"/);

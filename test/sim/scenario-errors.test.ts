@@ -103,7 +103,7 @@ test("errors name the key", () => {
     ],
     [
       (d) => (d.phases = [{ at: "1m" }]),
-      "scenario.yaml: phases.0: give at least one of rate, slowdown, fail, capacity",
+      "scenario.yaml: phases.0: give at least one of rate, slowdown, fail, capacity (or a name)",
     ],
     [
       (d) => (d.expect = [{ metric: "queue_wait_p99_ms", class: "interactive", during: "flood", max: 1 }]),
@@ -192,4 +192,154 @@ test("the output directory is written whole or not at all", async () => {
   // A failed rewrite leaves the previous output as it was.
   await assert.rejects(writeOutputDir(out, { x: "file", "x/y": "nested" }));
   assert.deepEqual(readdirSync(out), ["c.txt"]);
+});
+
+test("adaptive capacity and shedding: defaults, the gateway file's keys, and errors that name the key", () => {
+  const s = resolveScenario(base(), { file: "scenario.yaml", baseDir: dir });
+  assert.deepEqual(s.capacity, {
+    mode: "static",
+    minCapacity: 1,
+    maxCapacity: 32, // the fleet's reported capacity: 2 x toy's 16
+    tpotSloMs: undefined,
+    ttftSloMs: undefined,
+    tuning: {},
+  });
+  assert.equal(s.shedding, undefined);
+  const a = resolveScenario(
+    {
+      ...base(),
+      policies: ["sluice", "sluice-adaptive"],
+      policy: {
+        ...base().policy,
+        adaptive_min_capacity: 4,
+        tpot_slo_ms: 40,
+        adaptive_tuning: { adaptive_min_samples: 50 },
+        load_shedding: { max_queue_wait_ms: 500, usage_half_life_secs: 30, codel_classes: ["bulk"] },
+        keyed_shedding: { classes: ["bulk"], rotation_window_secs: 60, min_percent: 10 },
+      },
+    },
+    { file: "scenario.yaml", baseDir: dir },
+  );
+  assert.deepEqual(a.capacity, {
+    mode: "static",
+    minCapacity: 4,
+    maxCapacity: 32,
+    tpotSloMs: 40,
+    ttftSloMs: undefined,
+    tuning: { minSamples: 50 },
+  });
+  assert.deepEqual(a.shedding, {
+    prioritized: { maxQueueWaitMs: 500, usageHalfLifeMs: 30_000, codelClasses: ["bulk"] },
+    keyed: { classes: ["bulk"], rotationWindowMs: 60_000, minPercent: 10 },
+  });
+  // The gateway's own file: capacity_mode and the shedding blocks, overridden by policy.*.
+  writeFileSync(
+    join(dir, "gateway.yaml"),
+    "capacity_mode: adaptive\nadaptive_max_capacity: 24\nload_shedding:\n  max_queue_wait_ms: 2000\n",
+  );
+  const g = resolveScenario(
+    { ...base(), policy: { ...base().policy, gateway_config: "gateway.yaml", tpot_slo_ms: 30 } },
+    { file: "scenario.yaml", baseDir: dir },
+  );
+  assert.equal(g.capacity.mode, "adaptive");
+  assert.equal(g.capacity.maxCapacity, 24);
+  assert.equal(g.capacity.tpotSloMs, 30);
+  assert.equal(g.shedding?.prioritized?.maxQueueWaitMs, 2000);
+
+  const cases: [(d: Doc) => void, string][] = [
+    [
+      (d) => (d.policy.capacity_mode = "elastic"),
+      "scenario.yaml: policy.capacity_mode: must be one of static, adaptive",
+    ],
+    [
+      (d) => (d.policy.adaptive_min_capacity = 0),
+      "scenario.yaml: policy.adaptive_min_capacity: must be >= 1",
+    ],
+    [
+      (d) => (d.policy.adaptive_min_capacity = 40),
+      "scenario.yaml: policy.adaptive_min_capacity: must be <= the fleet's reported capacity (40 > 32), adaptive_max_capacity's default",
+    ],
+    [
+      (d) => {
+        d.policy.adaptive_min_capacity = 10;
+        d.policy.adaptive_max_capacity = 5;
+      },
+      "scenario.yaml: policy.adaptive_min_capacity: must be <= adaptive_max_capacity (10 > 5)",
+    ],
+    [(d) => (d.policy.tpot_slo_ms = 0), "scenario.yaml: policy.tpot_slo_ms: must be > 0"],
+    [(d) => (d.policy.ttft_slo_ms = "fast"), "scenario.yaml: policy.ttft_slo_ms: must be a number"],
+    [
+      (d) => (d.policy.adaptive_tuning = { adaptive_probe_step: 2 }),
+      "scenario.yaml: policy.adaptive_tuning.adaptive_probe_step: must be > 0 and < 1",
+    ],
+    [
+      (d) => (d.policy.adaptive_tuning = { probe_step: 0.5 }),
+      "scenario.yaml: policy.adaptive_tuning.probe_step: unknown key",
+    ],
+    [
+      (d) => (d.policy.load_shedding = {}),
+      "scenario.yaml: policy.load_shedding.max_queue_wait_ms: is required",
+    ],
+    [
+      (d) => (d.policy.load_shedding = { max_queue_wait_ms: 100, codel_classes: ["system"] }),
+      "scenario.yaml: policy.load_shedding.codel_classes.0: must be bulk, default or interactive (system is never shed)",
+    ],
+    [
+      (d) => (d.policy.load_shedding = { max_queue_wait_ms: 100, codel_target_ms: -1 }),
+      "scenario.yaml: policy.load_shedding.codel_target_ms: must be > 0",
+    ],
+    [
+      (d) => (d.policy.keyed_shedding = { decrease_fraction: 1 }),
+      "scenario.yaml: policy.keyed_shedding.decrease_fraction: must be < 1",
+    ],
+    [
+      (d) => (d.policy.keyed_shedding = { target_delay: 100 }),
+      "scenario.yaml: policy.keyed_shedding.target_delay: unknown key",
+    ],
+    [
+      (d) => {
+        d.policies = ["sluice-adaptive"];
+        d.policy.capacity = 16;
+      },
+      "scenario.yaml: policy.capacity: pins the capacity: give it or adaptive capacity (capacity_mode: adaptive, the sluice-adaptive policy), not both",
+    ],
+    [
+      (d) => (d.policies = ["adaptive"]),
+      "scenario.yaml: policies.0: must be one of fifo, strict, sluice, sluice-adaptive",
+    ],
+    [(d) => (d.tenants[0].sessions = 0), "scenario.yaml: tenants.0.sessions: must be >= 1"],
+    [
+      (d) => (d.expect = [{ metric: "convergence_secs", class: "interactive", max: 30 }]),
+      "scenario.yaml: expect.0.class: convergence_secs is measured over the fleet: give no class",
+    ],
+    [
+      (d) => (d.expect = [{ metric: "shed_fraction", max: 0 }]),
+      "scenario.yaml: expect.0.class: is required for shed_fraction",
+    ],
+    [
+      (d) => (d.expect = [{ metric: "limit_median", relative_to: "before", min: 0.8 }]),
+      "scenario.yaml: expect.0.relative_to: no phase named before",
+    ],
+    [(d) => (d.report = { slo_window: 0 }), "scenario.yaml: report.slo_window: must be > 0"],
+  ];
+  for (const [mutate, message] of cases) assert.equal(error(mutate), message);
+  writeFileSync(join(dir, "bad-gateway.yaml"), "tpot_slo_ms: -5\n");
+  assert.equal(
+    error((d) => (d.policy.gateway_config = "bad-gateway.yaml")),
+    "scenario.yaml: policy.gateway_config: tpot_slo_ms: must be > 0",
+  );
+  writeFileSync(join(dir, "bad-gateway2.yaml"), "keyed_shedding:\n  min_percent: 120\n");
+  assert.equal(
+    error((d) => (d.policy.gateway_config = "bad-gateway2.yaml")),
+    "scenario.yaml: policy.gateway_config: keyed_shedding.min_percent: must be <= 100",
+  );
+});
+
+test("a named phase without effects is a window to measure", () => {
+  const s = resolveScenario(
+    { ...base(), phases: [{ name: "warm", at: 0, until: "1m" }] },
+    { file: "scenario.yaml", baseDir: dir },
+  );
+  assert.equal(s.phases[0]!.name, "warm");
+  assert.equal(s.phases[0]!.slowdown, undefined);
 });
