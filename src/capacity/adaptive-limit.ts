@@ -77,6 +77,9 @@
  *   probeSlack             adaptive_probe_slack                  0.05 (< 1 - probeStep)
  *   probeIntervalMs        adaptive_probe_interval_ms            60000 (0: never)
  *   probeAfterDecreases    adaptive_probe_after_decreases        5 (0: never)
+ *   ttftFloorMs            adaptive_ttft_floor_ms                250 (TTFT ratios are taken against
+ *                                                                max(baseline, floor): tens of ms of
+ *                                                                prefill jitter are no overload)
  */
 import type { Clock } from "../core/clock.js";
 import { ConfigError } from "../core/errors.js";
@@ -132,6 +135,7 @@ export interface AdaptiveTuning {
   probeSlack: number;
   probeIntervalMs: number;
   probeAfterDecreases: number;
+  ttftFloorMs: number;
 }
 
 export interface AdaptiveLimitOptions extends Partial<AdaptiveTuning> {
@@ -171,6 +175,7 @@ export const ADAPTIVE_LIMIT_DEFAULTS: Readonly<AdaptiveTuning> = Object.freeze({
   probeSlack: 0.05,
   probeIntervalMs: 60_000,
   probeAfterDecreases: 5,
+  ttftFloorMs: 250,
 });
 
 /** The YAML key each option is read from; validation errors name these. */
@@ -197,6 +202,7 @@ export const ADAPTIVE_LIMIT_KEYS = Object.freeze({
   probeSlack: "adaptive_probe_slack",
   probeIntervalMs: "adaptive_probe_interval_ms",
   probeAfterDecreases: "adaptive_probe_after_decreases",
+  ttftFloorMs: "adaptive_ttft_floor_ms",
 } as const satisfies Record<keyof ResolvedAdaptiveLimitOptions, string>);
 
 /** Largest sampleCap accepted (7 stores of 8-byte samples: 3.5 MiB per controller at most). */
@@ -308,6 +314,7 @@ export function resolveAdaptiveLimitOptions(options: AdaptiveLimitOptions): Reso
     probeSlack,
     probeIntervalMs: atLeastZero(pick("probeIntervalMs"), K.probeIntervalMs),
     probeAfterDecreases: intAtLeast(pick("probeAfterDecreases"), K.probeAfterDecreases, 0),
+    ttftFloorMs: atLeastZero(pick("ttftFloorMs"), K.ttftFloorMs),
   };
 }
 
@@ -631,7 +638,9 @@ export class AdaptiveLimit {
         store.baseline = p;
         store.updatedAt = w.now;
       }
-      const r = store.baseline > 0 ? p / store.baseline : 1;
+      // Against the floor when the baseline is below it: prefill jitter of tens of ms is no signal.
+      const reference = Math.max(store.baseline, o.ttftFloorMs);
+      const r = reference > 0 ? p / reference : 1;
       ttftRatio = ttftRatio === undefined ? r : Math.max(ttftRatio, r);
     }
     if (ttftRatio !== undefined) this.lastTtftRatio = ttftRatio;

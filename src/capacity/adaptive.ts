@@ -107,7 +107,7 @@ export class AdaptiveCapacity implements CapacitySource, CapacityFeedback {
 
   /** Closes the current window (the timer's job; tests may call it after moving a ManualClock). */
   closeWindow(): AdaptiveDecision | undefined {
-    this.controller.sampleUsage(this.inflightNow, this.queuedNow);
+    this.report();
     const before = this.controller.limit;
     const decision = this.controller.tick();
     const after = this.controller.limit;
@@ -119,12 +119,21 @@ export class AdaptiveCapacity implements CapacitySource, CapacityFeedback {
 
   queued(delta: number): void {
     this.queuedNow += delta;
-    this.controller.sampleUsage(this.inflightNow, this.queuedNow);
+    this.report();
   }
 
   inflight(delta: number): void {
     this.inflightNow += delta;
-    this.controller.sampleUsage(this.inflightNow, this.queuedNow);
+    this.report();
+  }
+
+  /**
+   * Queued work shows the limit is in use only while the limit binds: at or above the workers'
+   * capacity, the workers bind instead, and the limit must not climb on a queue it does not cause.
+   */
+  private report(): void {
+    const binding = this.controller.limit < this.discovered.capacity;
+    this.controller.sampleUsage(this.inflightNow, binding ? this.queuedNow : 0);
   }
 
   sample(sample: AdaptiveSample): void {

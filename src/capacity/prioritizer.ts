@@ -233,7 +233,9 @@ export class Prioritizer {
   }
 
   private closeInterval(s: { min: number; since: number; shedding: boolean }, now: number): void {
-    s.shedding = s.min > this.codelTargetMs;
+    // An interval without a single wait (nothing of the class queued: it was all shed) is no
+    // evidence of a standing queue: let the class in again and measure.
+    s.shedding = Number.isFinite(s.min) && s.min > this.codelTargetMs;
     s.min = Number.POSITIVE_INFINITY;
     s.since = now;
   }

@@ -323,12 +323,30 @@ describe("AdaptiveLimit: TTFT by prompt length", () => {
       clock.advance(1000);
       return ctl.tick();
     };
-    windowOf(50, 20); // calibration: first step
-    windowOf(50, 20); // no gain: undone, baselines set
+    // Above the 250 ms noise floor, so the ratio is against the baseline itself.
+    windowOf(500, 20); // calibration: first step
+    windowOf(500, 20); // no gain: undone, baselines set
     assert.equal(ctl.snapshot().phase, "tracking");
-    assert.equal(windowOf(50), "increase");
-    assert.equal(windowOf(100), "decrease");
+    assert.equal(windowOf(500), "increase");
+    assert.equal(windowOf(1000), "decrease");
     assert.equal(ctl.snapshot().ttftRatio, 2);
+  });
+
+  test("TTFT under the noise floor is no signal: tens of ms of prefill jitter do not shrink the limit", () => {
+    const clock = new ManualClock();
+    const ctl = new AdaptiveLimit({ ...BOUNDS, initialCapacity: 20 }, clock);
+    const windowOf = (ttftMs: number, tpotMs?: number) => {
+      ctl.sampleUsage(ctl.limit, 5);
+      for (let i = 0; i < 20; i++) ctl.observe({ kind: "ok", ttftMs, promptTokens: 100, tpotMs });
+      clock.advance(1000);
+      return ctl.tick();
+    };
+    windowOf(40, 20);
+    windowOf(40, 20);
+    assert.equal(ctl.snapshot().phase, "tracking");
+    // 40 -> 100 ms is 2.5x the baseline, but under the floor: 100 / 250.
+    assert.equal(windowOf(100, 20), "increase");
+    assert.equal(ctl.snapshot().ttftRatio, 0.4);
   });
 });
 
@@ -578,7 +596,8 @@ describe("AdaptiveLimit: requests that span windows", () => {
    */
   function spanning(life: number, tpotAtEnd: boolean, windows: number): number[] {
     const clock = new ManualClock();
-    const ctl = new AdaptiveLimit(BOUNDS, clock);
+    // This worker's TTFT is tens of ms: with the default 250 ms floor it would give no signal.
+    const ctl = new AdaptiveLimit({ ...BOUNDS, ttftFloorMs: 0 }, clock);
     const model = worker();
     const r = prng(11);
     let running: Array<{ left: number; sum: number }> = [];

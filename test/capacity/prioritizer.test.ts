@@ -150,3 +150,22 @@ describe("CoDel-style sojourn check", () => {
     assert.throws(() => new Prioritizer({ maxQueueWaitMs: 1, codelTargetMs: -1 }, clock), /codel_target_ms/);
   });
 });
+
+test("CoDel: a class shed whole (no waits at all in an interval) is let in again", () => {
+  const clock = new ManualClock(0);
+  const p = new Prioritizer(
+    { maxQueueWaitMs: 60_000, codelClasses: ["bulk"], codelTargetMs: 500, codelIntervalMs: 1000 },
+    clock,
+  );
+  for (let t = 0; t < 11; t++) {
+    p.recordQueueWait("bulk", 900);
+    clock.advance(100);
+  }
+  assert.equal(p.shouldShed("bulk", 99), true);
+  // The interval in progress holds one more 900 ms wait: still shedding when it closes.
+  clock.advance(1100);
+  assert.equal(p.shouldShed("bulk", 99), true);
+  // Everything of the class is shed now, so the next interval records no wait at all.
+  clock.advance(1100);
+  assert.equal(p.shouldShed("bulk", 99), false);
+});

@@ -25,22 +25,20 @@ function key(e: ExpectationResult): string {
 }
 
 /**
- * Issue 12's bounds that sluice-adaptive misses with the controller's defaults as of this commit.
- * The cause in every scenario is the same drift: 1 s windows of 10+ TTFT samples per prompt bucket
- * give a p90 noisy to +-50%, the bucket baselines follow it down fast and up slowly, so the TTFT
- * ratio passes 1.25 in about a third of the windows at any load and the limit settles far under the
- * knee (23-30 where the knee is 313), shedding much of the offered load.
+ * Issue 12's bounds that sluice-adaptive misses with the controller's defaults as of this commit
+ * (BENCHMARKS.md, "Adaptive capacity and shedding in the simulator", has every figure):
+ * - convergence_secs: the limit tracks the knee (263..310 where it is 313) but a re-probe every
+ *   60 s dips it by 10-20% for two windows, which the strict "stays within 20% of the final median"
+ *   reading counts as not converged; where no stretch of the phase stays in the band, the
+ *   after-convergence goodput and TPOT figures are 0 or n/a.
+ * - slow worker and incident: one fleet-wide limit cannot fit a worker that is slower than the
+ *   rest (least-loaded routing gives it as many requests), and at 2x on every worker the SLO rule
+ *   holds the limit low; a per-worker limit or latency-aware routing is the cure.
+ * - staged load, 90% stage: the controller steps down from 512 when TPOT rises toward the SLO and
+ *   holds in its dead band a little under the demand, so 3% of the stage is shed at the 1 s bound.
  */
 const KNOWN_GAPS: Record<string, string[]> = {
-  "adaptive-staged-load": [
-    "shed_fraction/interactive@half",
-    "shed_fraction/interactive@ninety",
-    "convergence_secs@double",
-    "goodput_rps@double",
-    "tpot_slo_attainment/interactive@double",
-    "convergence_secs@full",
-    "goodput_rps@full",
-  ],
+  "adaptive-staged-load": ["shed_fraction/interactive@ninety", "convergence_secs@full"],
   "adaptive-slow-worker": [
     "tpot_slo_attainment/interactive@before",
     "convergence_secs@slow",
@@ -49,28 +47,10 @@ const KNOWN_GAPS: Record<string, string[]> = {
     "goodput_rps@after",
     "tpot_slo_attainment/interactive@after",
   ],
-  "adaptive-mix-shift": [
-    "convergence_secs@short",
-    "goodput_rps@short",
-    "convergence_secs@long",
-    "goodput_rps@long",
-    "tpot_slo_attainment/interactive@long",
-  ],
-  "adaptive-incident": [
-    "goodput_rps@before",
-    "convergence_secs@incident",
-    "goodput_rps@incident",
-    "convergence_secs@after",
-    "goodput_rps@after",
-  ],
-  "adaptive-cold-start": ["convergence_secs", "goodput_rps"],
-  "adaptive-bulk-flood": [
-    "convergence_secs@flood",
-    "goodput_rps@flood",
-    "tpot_slo_attainment/interactive@flood",
-    "shed_fraction/interactive@flood",
-    "tpot_slo_attainment/interactive@after",
-  ],
+  "adaptive-mix-shift": ["convergence_secs@long", "tpot_slo_attainment/interactive@long"],
+  "adaptive-incident": ["convergence_secs@incident", "goodput_rps@incident", "convergence_secs@after"],
+  "adaptive-cold-start": ["convergence_secs", "goodput_rps", "tpot_slo_attainment/interactive"],
+  "adaptive-bulk-flood": ["convergence_secs@flood"],
 };
 
 function expectation(report: Report, policy: "sluice" | "sluice-adaptive", k: string): ExpectationResult {
