@@ -427,6 +427,9 @@ async function main(): Promise<void> {
     "warn",
     "--config",
     configPath,
+    // Like for like with the bare proxy; `npm run bench:ledger -- --gateway` measures the ledger's cost.
+    "--ledger",
+    "off",
   ];
   const sluiceOnArgs = (port: number) => [
     ...sluiceArgs(port),

@@ -23,6 +23,8 @@ import {
   type WorkerPolicy,
   type WorkerSpec,
 } from "../gateway/options.js";
+import { DEFAULT_LEDGER, DEFAULT_RETENTION_DAYS, parseLedgerTarget } from "../ledger/target.js";
+import type { LedgerOptions } from "../ledger/writer.js";
 
 export const LOG_LEVELS = ["trace", "debug", "info", "warn", "error", "fatal", "silent"] as const;
 export const POLICIES = ["power_of_two", "round_robin", "random"] as const;
@@ -55,6 +57,8 @@ export interface GatewayFlags {
   logLevel: (typeof LOG_LEVELS)[number];
   pricing: Pricing;
   admin: { host: string; port: number; token: string } | undefined;
+  /** The usage ledger (default duckdb:sluice-ledger.duckdb in the working directory). */
+  ledger: LedgerOptions;
   /** The --config file, for reloads. */
   configPath: string | undefined;
 }
@@ -93,6 +97,14 @@ const urlArg: Parser = (raw) => {
     throw new InvalidArgumentError(`"${raw}" must be an http:// or https:// URL`);
   }
   return url.origin;
+};
+const ledgerArg: Parser = (raw) => {
+  try {
+    parseLedgerTarget(raw);
+  } catch (err) {
+    throw new InvalidArgumentError((err as Error).message);
+  }
+  return raw;
 };
 // Parsed with the header's lenient rules: an unknown value falls back to default, as in the contract.
 const classArg: Parser = (raw) => parsePriority(raw).class;
@@ -344,6 +356,20 @@ export const FLAG_SPECS: FlagSpec[] = [
     description: "file holding the admin API bearer token (else SLUICE_ADMIN_TOKEN)",
   },
   {
+    flags: "--ledger <target>",
+    key: "ledger",
+    description: "usage ledger: duckdb:PATH (embedded) | postgres://USER@HOST:PORT/DB (shared) | off",
+    parse: ledgerArg,
+    default: DEFAULT_LEDGER,
+  },
+  {
+    flags: "--ledger-retention-days <days>",
+    key: "ledger_retention_days",
+    description: "ledger rows older than this are deleted (both tables), checked hourly",
+    parse: numArg("a number > 0", (n) => n > 0),
+    default: DEFAULT_RETENTION_DAYS,
+  },
+  {
     flags: "--config <path>",
     key: "config",
     description:
@@ -569,6 +595,10 @@ export function parseGatewayArgs(argv: string[]): GatewayFlags {
     logLevel: values.log_level as GatewayFlags["logLevel"],
     pricing,
     admin: adminSettings(values),
+    ledger: {
+      target: parseLedgerTarget(values.ledger as string),
+      retentionDays: values.ledger_retention_days as number,
+    },
     configPath,
   };
 }

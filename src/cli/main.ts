@@ -1,7 +1,8 @@
 #!/usr/bin/env node
 /**
- * `sluice`: the gateway (default), `sluice mock-worker` (a simulated inference worker) and
- * `sluice demo` (two mock workers, the gateway and a mixed-priority load with a live table).
+ * `sluice`: the gateway (default), `sluice mock-worker` (a simulated inference worker),
+ * `sluice demo` (two mock workers, the gateway and a mixed-priority load with a live table), and
+ * `sluice ledger query` / `sluice report` (the usage ledger, docs/ledger.md).
  */
 import { CommanderError } from "commander";
 import { pino } from "pino";
@@ -34,6 +35,7 @@ export async function runGatewayCli(argv: string[]): Promise<void> {
     health: flags.health,
     pricing: flags.pricing,
     admin: flags.admin,
+    ledger: flags.ledger,
     reloadGatewayConfig: flags.configPath ? () => reloadGatewayFile(flags.configPath!) : undefined,
     logger,
   });
@@ -61,6 +63,12 @@ export async function main(argv: string[]): Promise<number> {
     } else if (sub === "simulate") {
       const { runSimulateCli } = await import("./simulate.js");
       await runSimulateCli(rest);
+    } else if (sub === "ledger") {
+      const { runLedgerCli } = await import("./ledger.js");
+      await runLedgerCli(rest);
+    } else if (sub === "report") {
+      const { runReportCli } = await import("./report.js");
+      await runReportCli(rest);
     } else await runGatewayCli(argv);
     return 0;
   } catch (err) {

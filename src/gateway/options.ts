@@ -5,6 +5,7 @@ import type { PriorityClass } from "../core/class.js";
 import type { Clock } from "../core/clock.js";
 import type { Pricing } from "../core/config.js";
 import type { LegacyLimiterOptions } from "../core/legacy.js";
+import type { LedgerOptions } from "../ledger/writer.js";
 import type { ClientLimits } from "./client-guard.js";
 
 export type WorkerPolicy = "power_of_two" | "round_robin" | "random";
@@ -91,6 +92,11 @@ export interface GatewayOptions {
   admin?: { host: string; port: number; token: string } | undefined;
   /** Re-reads the gateway file's reloadable parts (api_keys, pricing) on reload; throws ConfigError. */
   reloadGatewayConfig?: (() => { apiKeys: ApiKeySpec[]; pricing: Pricing }) | undefined;
+  /**
+   * The usage ledger (docs/ledger.md). Absent = no ledger: an embedded gateway (tests, the demo)
+   * writes nothing unless asked; the `sluice` command's default is `duckdb:sluice-ledger.duckdb`.
+   */
+  ledger?: LedgerOptions | undefined;
   logger: Logger;
   clock?: Clock | undefined;
 }

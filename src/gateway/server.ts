@@ -13,6 +13,8 @@ import { BudgetBook } from "../core/budgets.js";
 import { realClock } from "../core/clock.js";
 import type { SchedulerFileSettings } from "../core/config.js";
 import { ConfigError } from "../core/errors.js";
+import { startLedger } from "../ledger/index.js";
+import type { LedgerWriter } from "../ledger/writer.js";
 import { registerCapacityMetrics } from "../metrics/capacity.js";
 import { createMetrics, type SluiceMetrics } from "../metrics/index.js";
 import type { AdmissionBackend } from "../state/backend.js";
@@ -52,6 +54,8 @@ export interface Gateway {
   readonly budgets: BudgetBook;
   /** The admin listener, when `options.admin` was given. */
   readonly adminServer: AdminServer | undefined;
+  /** The usage ledger's writer, when `options.ledger` names one. */
+  readonly ledger: LedgerWriter | undefined;
   /** Re-reads the policy files; a bad file throws and the running policy stays in force. */
   reload(): Promise<{ tenantPolicies: number }>;
   /** The admin status document (also `GET /api/v1/status`). */
@@ -191,13 +195,15 @@ export async function startGateway(options: GatewayOptions, outcomes?: OutcomeSi
     capacityMetrics,
     feedback: adaptive,
   };
+  // The ledger is one more outcome sink; its rows are written in the background (docs/ledger.md).
+  const ledger = startLedger(options.ledger, logger, metrics.registry);
   const leases: LeaseContext = {
     admission: active,
     workers,
     budgets,
     metrics,
     activity,
-    outcomes,
+    outcomes: ledger === undefined ? outcomes : bothSinks(outcomes, ledger),
     logger,
     feedback: adaptive,
     shedding,
@@ -271,6 +277,7 @@ export async function startGateway(options: GatewayOptions, outcomes?: OutcomeSi
   } catch (err) {
     // Listening failed (port in use, bad host): stop the health checks, close the worker pools.
     await workers.close();
+    await ledger?.close();
     throw err;
   }
   const port = (server.address() as AddressInfo).port;
@@ -353,6 +360,7 @@ export async function startGateway(options: GatewayOptions, outcomes?: OutcomeSi
       adaptive?.stop();
       shedding?.stop();
       await workers.close();
+      await ledger?.close();
       throw err;
     }
     logger.info({ url: adminServer.url }, "admin API listening");
@@ -369,6 +377,7 @@ export async function startGateway(options: GatewayOptions, outcomes?: OutcomeSi
     metrics,
     budgets,
     adminServer,
+    ledger,
     reload,
     status,
     async close() {
@@ -380,6 +389,18 @@ export async function startGateway(options: GatewayOptions, outcomes?: OutcomeSi
         server.closeAllConnections();
       });
       await workers.close();
+      // Last: the requests the close cut short have settled and recorded their outcomes by now.
+      await ledger?.close();
+    },
+  };
+}
+
+function bothSinks(first: OutcomeSink | undefined, second: OutcomeSink): OutcomeSink {
+  if (first === undefined) return second;
+  return {
+    record(outcome) {
+      first.record(outcome);
+      second.record(outcome);
     },
   };
 }
