@@ -597,30 +597,30 @@ function buildRows(t: Throughput[], u: Uncontended, m: Memory | undefined): Row[
     [
       "sluice uncontended acquire+release (ns/op)",
       fmtFixed(u.sluiceAwait, 0),
-      "< 1000",
-      yesNo(u.sluiceAwait < 1000),
+      "< 200",
+      yesNo(u.sluiceAwait < 200),
       "`await acquire()` then `release()` per op, capacity 1e9",
     ],
     [
       "sluice uncontended, no await per op (ns/op)",
       fmtFixed(u.sluiceBatch, 0),
-      "< 1000",
-      yesNo(u.sluiceBatch < 1000),
+      "< 200",
+      yesNo(u.sluiceBatch < 200),
       "`acquire().then(release)` x 1024, then one await",
     ],
     ["semaphore uncontended (ns/op)", fmtFixed(u.semaphoreAwait, 0), "", "", "reference; await per op"],
     ["semaphore uncontended, no await per op (ns/op)", fmtFixed(u.semaphoreBatch, 0), "", "", "reference"],
   );
   if (m === undefined) {
-    rows.push(["sluice heap per queued waiter (bytes)", "n/a", "< 1024", "", "needs --expose-gc"]);
+    rows.push(["sluice heap per queued waiter (bytes)", "n/a", "<= 256", "", "needs --expose-gc"]);
     return rows;
   }
   rows.push(
     [
       "sluice heap per queued waiter (bytes)",
       fmtInt(m.sluice),
-      "< 1024",
-      yesNo(m.sluice < 1024),
+      "<= 256",
+      yesNo(m.sluice <= 256),
       `${fmtInt(WAITERS)} queued over 4 classes and 16 tenants, no signal, promises kept`,
     ],
     ["semaphore heap per queued waiter (bytes)", fmtInt(m.semaphore), "", "", "reference"],
