@@ -8,7 +8,7 @@
  * and one latency sample per served request (TTFT from dispatch, time per output token), or an
  * overload signal (a worker's 429/503, an upstream timeout). docs/adaptive.md has the law.
  */
-import type { Clock, TimerHandle } from "../core/clock.js";
+import type { Clock } from "../core/clock.js";
 import {
   type AdaptiveDecision,
   AdaptiveLimit,
@@ -16,6 +16,7 @@ import {
   type AdaptiveSample,
   type AdaptiveTuning,
 } from "./adaptive-limit.js";
+import { Periodic } from "./periodic.js";
 import { CapacityNotifier, type CapacitySource } from "./source.js";
 
 /** What a request tells the capacity side as it goes. */
@@ -49,15 +50,14 @@ export class AdaptiveCapacity implements CapacitySource, CapacityFeedback {
   private readonly notifier = new CapacityNotifier();
   private inflightNow = 0;
   private queuedNow = 0;
-  private timer: TimerHandle | undefined;
-  private stopped = false;
+  private readonly windows: Periodic;
   /** Decisions by direction, for sluice_capacity_adjustments_total. */
   readonly adjustments: AdaptiveCounters = { increase: 0, decrease: 0 };
 
   constructor(
     private readonly discovered: CapacitySource,
     options: AdaptiveCapacityOptions,
-    private readonly clock: Clock,
+    clock: Clock,
     onBound?: (bound: "min" | "max", limit: number, wanted: number) => void,
   ) {
     const { minCapacity, maxCapacity, tpotSloMs, ttftSloMs, ...tuning } = options;
@@ -76,6 +76,7 @@ export class AdaptiveCapacity implements CapacitySource, CapacityFeedback {
       clock,
     );
     discovered.subscribe(() => this.notifier.changed(this.capacity));
+    this.windows = new Periodic(clock, this.controller.options.windowMs, () => this.closeWindow());
   }
 
   /** The controller's limit, never above what the healthy workers report. */
@@ -89,20 +90,11 @@ export class AdaptiveCapacity implements CapacitySource, CapacityFeedback {
 
   /** Starts closing one window per windowMs. */
   start(): void {
-    if (this.timer !== undefined || this.stopped) return;
-    const windowMs = this.controller.options.windowMs;
-    const round = (): void => {
-      if (this.stopped) return;
-      this.closeWindow();
-      this.timer = this.clock.setTimer(round, windowMs);
-    };
-    this.timer = this.clock.setTimer(round, windowMs);
+    this.windows.start();
   }
 
   stop(): void {
-    this.stopped = true;
-    if (this.timer !== undefined) this.clock.clearTimer(this.timer);
-    this.timer = undefined;
+    this.windows.stop();
   }
 
   /** Closes the current window (the timer's job; tests may call it after moving a ManualClock). */

@@ -9,9 +9,10 @@
  * and default; never system). docs/adaptive.md states both laws and every default.
  */
 import type { PriorityClass } from "../core/class.js";
-import type { Clock, TimerHandle } from "../core/clock.js";
+import type { Clock } from "../core/clock.js";
 import { ConfigError } from "../core/errors.js";
 import { KeyedAdmission, type KeyedAdmissionOptions, type KeyedAdmissionStatus } from "./keyed-admission.js";
+import { Periodic } from "./periodic.js";
 import { Prioritizer, type PrioritizerOptions, type PrioritizerStatus } from "./prioritizer.js";
 
 export interface KeyedSheddingOptions extends KeyedAdmissionOptions {
@@ -49,13 +50,13 @@ export class LoadShedding {
   private readonly keyedClasses: ReadonlySet<PriorityClass>;
   /** Queued requests per class and tenant: the prioritizer's level histogram. */
   private readonly queued = new Map<PriorityClass, Map<string, number>>();
-  private timer: TimerHandle | undefined;
-  private stopped = false;
+  private readonly calibration: Periodic;
 
   constructor(
     private readonly options: LoadSheddingOptions,
-    private readonly clock: Clock,
+    clock: Clock,
   ) {
+    this.calibration = new Periodic(clock, CALIBRATION_MS, () => this.calibrate());
     this.prioritizer = options.prioritized ? new Prioritizer(options.prioritized, clock) : undefined;
     const keyed = options.keyed;
     if (keyed !== undefined) {
@@ -75,19 +76,11 @@ export class LoadShedding {
 
   /** Starts the once-a-second calibration. */
   start(): void {
-    if (!this.enabled || this.timer !== undefined || this.stopped) return;
-    const round = (): void => {
-      if (this.stopped) return;
-      this.calibrate();
-      this.timer = this.clock.setTimer(round, CALIBRATION_MS);
-    };
-    this.timer = this.clock.setTimer(round, CALIBRATION_MS);
+    if (this.enabled) this.calibration.start();
   }
 
   stop(): void {
-    this.stopped = true;
-    if (this.timer !== undefined) this.clock.clearTimer(this.timer);
-    this.timer = undefined;
+    this.calibration.stop();
   }
 
   /** One calibration: the prioritizer's threshold from the queue, the keyed percentage from delay. */

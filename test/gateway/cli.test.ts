@@ -4,14 +4,12 @@
  * unit-tested for the merge rules (flag > file > default).
  */
 import assert from "node:assert/strict";
-import { type ChildProcess, spawn } from "node:child_process";
 import { createServer } from "node:net";
 import { describe, test } from "node:test";
 import { parseGatewayArgs } from "../../src/cli/flags.js";
 import { startMockWorker } from "../../src/mock-worker/index.js";
+import { exited, type Run, runCli, startCli } from "../cli-process.js";
 import { sendTo, waitFor, writeTempFile } from "../harness.js";
-
-const ROOT = new URL("../../", import.meta.url).pathname;
 
 /** The contract's flags (reference, "CLI flags" and "Enabling the scheduler"). */
 const CONTRACT_FLAGS = [
@@ -30,42 +28,19 @@ const CONTRACT_FLAGS = [
   "--log-level",
 ];
 
-interface Run {
-  code: number | null;
-  stdout: string;
-  stderr: string;
-}
-
-function startSluice(args: string[]): { child: ChildProcess; out: { stdout: string; stderr: string } } {
-  // The gateway's CLI default writes a DuckDB ledger in the working directory (the repository here):
-  // these tests are about flags, so they run without one unless they choose a ledger themselves.
+/** The gateway's CLI default writes a DuckDB ledger in the working directory (the repository
+ * here): these tests are about flags, so they run without one unless they choose a ledger. */
+function withoutLedger(args: string[]): string[] {
   const gatewayRun = args.length === 0 || args[0]!.startsWith("--");
-  const ledger = gatewayRun && !args.includes("--ledger") ? ["--ledger", "off"] : [];
-  const child = spawn(process.execPath, ["--import", "tsx", "src/cli/main.ts", ...args, ...ledger], {
-    cwd: ROOT,
-    stdio: ["ignore", "pipe", "pipe"],
-  });
-  const out = { stdout: "", stderr: "" };
-  child.stdout!.on("data", (d: Buffer) => {
-    out.stdout += d.toString("utf8");
-  });
-  child.stderr!.on("data", (d: Buffer) => {
-    out.stderr += d.toString("utf8");
-  });
-  return { child, out };
+  return gatewayRun && !args.includes("--ledger") ? [...args, "--ledger", "off"] : args;
 }
 
-function exited(child: ChildProcess): Promise<number | null> {
-  if (child.exitCode !== null) return Promise.resolve(child.exitCode);
-  return new Promise((resolve) => child.once("exit", (code) => resolve(code)));
+function startSluice(args: string[]) {
+  return startCli(withoutLedger(args));
 }
 
-async function runSluice(args: string[], timeoutMs = 20_000): Promise<Run> {
-  const { child, out } = startSluice(args);
-  const timer = setTimeout(() => child.kill("SIGKILL"), timeoutMs);
-  const code = await exited(child);
-  clearTimeout(timer);
-  return { code, ...out };
+function runSluice(args: string[], timeoutMs = 20_000): Promise<Run> {
+  return runCli(withoutLedger(args), timeoutMs);
 }
 
 function oneLine(stderr: string): string {

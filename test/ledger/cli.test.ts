@@ -4,7 +4,6 @@
  * --ledger flags and YAML keys, and SIGTERM writing the ledger before the gateway exits.
  */
 import assert from "node:assert/strict";
-import { type ChildProcess, spawn } from "node:child_process";
 import { writeFile } from "node:fs/promises";
 import { join, resolve } from "node:path";
 import { describe, test } from "node:test";
@@ -15,42 +14,12 @@ import { PostgresSink } from "../../src/ledger/postgres.js";
 import type { LedgerSink } from "../../src/ledger/sink.js";
 import { LedgerWriter } from "../../src/ledger/writer.js";
 import { startMockWorker } from "../../src/mock-worker/index.js";
+import { exited, type Run, runCli, startCli } from "../cli-process.js";
 import { chatBody, sendTo, waitFor } from "../harness.js";
-import { duckRows, outcome, postgresSchema, ROOT, tempDir } from "./services.js";
+import { duckRows, outcome, postgresSchema, tempDir } from "./services.js";
 
-interface Run {
-  code: number | null;
-  stdout: string;
-  stderr: string;
-}
-
-function start(args: string[]): { child: ChildProcess; out: { stdout: string; stderr: string } } {
-  const child = spawn(process.execPath, ["--import", "tsx", join(ROOT, "src/cli/main.ts"), ...args], {
-    cwd: ROOT,
-    stdio: ["ignore", "pipe", "pipe"],
-  });
-  const out = { stdout: "", stderr: "" };
-  child.stdout!.on("data", (d: Buffer) => {
-    out.stdout += d.toString("utf8");
-  });
-  child.stderr!.on("data", (d: Buffer) => {
-    out.stderr += d.toString("utf8");
-  });
-  return { child, out };
-}
-
-function exited(child: ChildProcess): Promise<number | null> {
-  if (child.exitCode !== null) return Promise.resolve(child.exitCode);
-  return new Promise((resolve) => child.once("exit", (code) => resolve(code)));
-}
-
-async function sluice(...args: string[]): Promise<Run> {
-  const { child, out } = start(args);
-  const timer = setTimeout(() => child.kill("SIGKILL"), 20_000);
-  const code = await exited(child);
-  clearTimeout(timer);
-  return { code, ...out };
-}
+const start = startCli;
+const sluice = (...args: string[]): Promise<Run> => runCli(args);
 
 const quiet = pino({ level: "silent" });
 const NOW = Date.now();

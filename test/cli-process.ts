@@ -1,0 +1,42 @@
+/** Runs the `sluice` command as a child process from the repository root (the CLI tests). */
+import { type ChildProcess, spawn } from "node:child_process";
+import { join } from "node:path";
+
+export const REPO_ROOT = new URL("../", import.meta.url).pathname;
+
+export interface Run {
+  code: number | null;
+  stdout: string;
+  stderr: string;
+}
+
+/** Starts `sluice ARGS`; `out` fills as the child writes. */
+export function startCli(args: string[]): { child: ChildProcess; out: { stdout: string; stderr: string } } {
+  const child = spawn(process.execPath, ["--import", "tsx", join(REPO_ROOT, "src/cli/main.ts"), ...args], {
+    cwd: REPO_ROOT,
+    stdio: ["ignore", "pipe", "pipe"],
+  });
+  const out = { stdout: "", stderr: "" };
+  child.stdout!.on("data", (d: Buffer) => {
+    out.stdout += d.toString("utf8");
+  });
+  child.stderr!.on("data", (d: Buffer) => {
+    out.stderr += d.toString("utf8");
+  });
+  return { child, out };
+}
+
+/** The child's exit code, once it has exited. */
+export function exited(child: ChildProcess): Promise<number | null> {
+  if (child.exitCode !== null) return Promise.resolve(child.exitCode);
+  return new Promise((resolve) => child.once("exit", (code) => resolve(code)));
+}
+
+/** Runs `sluice ARGS` to its end (killed after `timeoutMs`). */
+export async function runCli(args: string[], timeoutMs = 20_000): Promise<Run> {
+  const { child, out } = startCli(args);
+  const timer = setTimeout(() => child.kill("SIGKILL"), timeoutMs);
+  const code = await exited(child);
+  clearTimeout(timer);
+  return { code, ...out };
+}
