@@ -1,6 +1,7 @@
 /** Runs the `sluice` command as a child process from the repository root (the CLI tests). */
 import { type ChildProcess, spawn } from "node:child_process";
 import { join } from "node:path";
+import { waitFor } from "./harness.js";
 
 export const REPO_ROOT = new URL("../", import.meta.url).pathname;
 
@@ -39,4 +40,23 @@ export async function runCli(args: string[], timeoutMs = 20_000): Promise<Run> {
   const code = await exited(child);
   clearTimeout(timer);
   return { code, ...out };
+}
+
+/** The port a `sluice` gateway child logged once listening (it fails if the child exits first). */
+export async function listeningPort(
+  child: ChildProcess,
+  out: { stdout: string; stderr: string },
+): Promise<number> {
+  let port = 0;
+  await waitFor(
+    () => {
+      if (child.exitCode !== null) throw new Error(`sluice exited ${child.exitCode}: ${out.stderr}`);
+      const line = out.stdout.split("\n").find((l) => l.includes('"sluice gateway listening"'));
+      if (line !== undefined) port = (JSON.parse(line) as { port: number }).port;
+      return port > 0;
+    },
+    "the gateway logged its port",
+    { timeoutMs: 20_000, intervalMs: 20 },
+  );
+  return port;
 }

@@ -279,6 +279,19 @@ describe("AdaptiveLimit: worker slowdown", () => {
   });
 });
 
+/** A controller at 20 with work queued, and one window of 20 equal samples at a time. */
+function ttftWindows() {
+  const clock = new ManualClock();
+  const ctl = new AdaptiveLimit({ ...BOUNDS, initialCapacity: 20 }, clock);
+  const windowOf = (ttftMs: number, tpotMs?: number) => {
+    ctl.sampleUsage(ctl.limit, 5);
+    for (let i = 0; i < 20; i++) ctl.observe({ kind: "ok", ttftMs, promptTokens: 100, tpotMs });
+    clock.advance(1000);
+    return ctl.tick();
+  };
+  return { ctl, windowOf };
+}
+
 describe("AdaptiveLimit: TTFT by prompt length", () => {
   test("buckets", () => {
     assert.deepEqual(TTFT_BUCKET_BOUNDS, [256, 1024, 4096, 16384]);
@@ -315,14 +328,7 @@ describe("AdaptiveLimit: TTFT by prompt length", () => {
   });
 
   test("samples without a TPOT (0-1 output tokens) still give the TTFT signal", () => {
-    const clock = new ManualClock();
-    const ctl = new AdaptiveLimit({ ...BOUNDS, initialCapacity: 20 }, clock);
-    const windowOf = (ttftMs: number, tpotMs?: number) => {
-      ctl.sampleUsage(ctl.limit, 5);
-      for (let i = 0; i < 20; i++) ctl.observe({ kind: "ok", ttftMs, promptTokens: 100, tpotMs });
-      clock.advance(1000);
-      return ctl.tick();
-    };
+    const { ctl, windowOf } = ttftWindows();
     // Above the 250 ms noise floor, so the ratio is against the baseline itself.
     windowOf(500, 20); // calibration: first step
     windowOf(500, 20); // no gain: undone, baselines set
@@ -333,14 +339,7 @@ describe("AdaptiveLimit: TTFT by prompt length", () => {
   });
 
   test("TTFT under the noise floor is no signal: tens of ms of prefill jitter do not shrink the limit", () => {
-    const clock = new ManualClock();
-    const ctl = new AdaptiveLimit({ ...BOUNDS, initialCapacity: 20 }, clock);
-    const windowOf = (ttftMs: number, tpotMs?: number) => {
-      ctl.sampleUsage(ctl.limit, 5);
-      for (let i = 0; i < 20; i++) ctl.observe({ kind: "ok", ttftMs, promptTokens: 100, tpotMs });
-      clock.advance(1000);
-      return ctl.tick();
-    };
+    const { ctl, windowOf } = ttftWindows();
     windowOf(40, 20);
     windowOf(40, 20);
     assert.equal(ctl.snapshot().phase, "tracking");

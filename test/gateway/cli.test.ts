@@ -8,8 +8,8 @@ import { createServer } from "node:net";
 import { describe, test } from "node:test";
 import { parseGatewayArgs } from "../../src/cli/flags.js";
 import { startMockWorker } from "../../src/mock-worker/index.js";
-import { exited, type Run, runCli, startCli } from "../cli-process.js";
-import { sendTo, waitFor, writeTempFile } from "../harness.js";
+import { exited, listeningPort, type Run, runCli, startCli } from "../cli-process.js";
+import { sendTo, writeTempFile } from "../harness.js";
 
 /** The contract's flags (reference, "CLI flags" and "Enabling the scheduler"). */
 const CONTRACT_FLAGS = [
@@ -97,17 +97,7 @@ describe("sluice command line", () => {
         await exited(child);
       }
     });
-    let port = 0;
-    await waitFor(
-      () => {
-        if (child.exitCode !== null) throw new Error(`sluice exited ${child.exitCode}: ${out.stderr}`);
-        const line = out.stdout.split("\n").find((l) => l.includes('"sluice gateway listening"'));
-        if (line !== undefined) port = (JSON.parse(line) as { port: number }).port;
-        return port > 0;
-      },
-      "the gateway logged its port",
-      { timeoutMs: 20_000, intervalMs: 20 },
-    );
+    const port = await listeningPort(child, out);
     assert.notEqual(port, takenPort);
     const ready = await sendTo(`http://127.0.0.1:${port}`, "/readiness");
     assert.equal(ready.status, 200);

@@ -14,7 +14,7 @@ import { PostgresSink } from "../../src/ledger/postgres.js";
 import type { LedgerSink } from "../../src/ledger/sink.js";
 import { LedgerWriter } from "../../src/ledger/writer.js";
 import { startMockWorker } from "../../src/mock-worker/index.js";
-import { exited, type Run, runCli, startCli } from "../cli-process.js";
+import { exited, listeningPort, type Run, runCli, startCli } from "../cli-process.js";
 import { chatBody, sendTo, waitFor } from "../harness.js";
 import { duckRows, outcome, postgresSchema, tempDir } from "./services.js";
 
@@ -266,17 +266,7 @@ describe("the gateway's ledger flags", () => {
     t.after(() => {
       if (child.exitCode === null) child.kill("SIGKILL");
     });
-    let port = 0;
-    await waitFor(
-      () => {
-        if (child.exitCode !== null) throw new Error(`sluice exited ${child.exitCode}: ${out.stderr}`);
-        const line = out.stdout.split("\n").find((l) => l.includes('"sluice gateway listening"'));
-        if (line !== undefined) port = (JSON.parse(line) as { port: number }).port;
-        return port > 0;
-      },
-      "the gateway logged its port",
-      { timeoutMs: 20_000, intervalMs: 20 },
-    );
+    const port = await listeningPort(child, out);
     for (let i = 0; i < 3; i++) {
       const reply = await sendTo(`http://127.0.0.1:${port}`, "/v1/chat/completions", { body: chatBody() });
       assert.equal(reply.status, 200);
