@@ -47,6 +47,8 @@ export interface GatewayFlags {
   requireAuth: boolean;
   maxPayloadSize: number;
   requestTimeoutSecs: number;
+  /** How long SIGTERM lets requests already received finish (the gateway's close({drainMs})). */
+  drainTimeoutSecs: number;
   upstreamConnectTimeoutSecs: number;
   workerApiKey: string | undefined;
   maxCostTokens: number | undefined;
@@ -216,6 +218,14 @@ export const FLAG_SPECS: FlagSpec[] = [
     description: "upstream headers and body timeout",
     parse: numArg("a number > 0", (n) => n > 0),
     default: 1800,
+  },
+  {
+    flags: "--drain-timeout-secs <secs>",
+    key: "drain_timeout_secs",
+    description:
+      "on SIGTERM or SIGINT, how long requests already received may finish before they are cut (0: none)",
+    parse: numArg("a number >= 0", (n) => n >= 0),
+    default: 25,
   },
   {
     flags: "--upstream-connect-timeout-secs <secs>",
@@ -573,6 +583,7 @@ export function parseGatewayArgs(argv: string[]): GatewayFlags {
     requireAuth: values.require_auth as boolean,
     maxPayloadSize: values.max_payload_size as number,
     requestTimeoutSecs: values.request_timeout_secs as number,
+    drainTimeoutSecs: values.drain_timeout_secs as number,
     upstreamConnectTimeoutSecs: values.upstream_connect_timeout_secs as number,
     workerApiKey:
       (values.worker_api_key as string | undefined) ?? (process.env.SLUICE_WORKER_API_KEY || undefined),

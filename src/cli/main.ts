@@ -45,12 +45,21 @@ export async function runGatewayCli(argv: string[]): Promise<void> {
       .reload()
       .catch((err: Error) => logger.error({ err: err.message }, `reload rejected: ${err.message}`));
   });
+  // The first SIGTERM or SIGINT drains (requests already received finish, for at most
+  // --drain-timeout-secs), then flushes the ledger; a second one cuts what is still running.
+  let stopping = false;
   const stop = (signal: string) => {
-    logger.info({ signal }, "shutting down");
-    void gateway.close().then(() => process.exit(0));
+    if (stopping) {
+      logger.warn({ signal }, "second signal: cutting the requests still running");
+      void gateway.close().then(() => process.exit(0));
+      return;
+    }
+    stopping = true;
+    logger.info({ signal, drainTimeoutSecs: flags.drainTimeoutSecs }, "shutting down");
+    void gateway.close({ drainMs: flags.drainTimeoutSecs * 1000 }).then(() => process.exit(0));
   };
-  process.once("SIGINT", () => stop("SIGINT"));
-  process.once("SIGTERM", () => stop("SIGTERM"));
+  process.on("SIGINT", () => stop("SIGINT"));
+  process.on("SIGTERM", () => stop("SIGTERM"));
 }
 
 export async function main(argv: string[]): Promise<number> {

@@ -60,7 +60,12 @@ export interface Gateway {
   reload(): Promise<{ tenantPolicies: number }>;
   /** The admin status document (also `GET /api/v1/status`). */
   status(): Record<string, unknown>;
-  close(): Promise<void>;
+  /**
+   * Stops the gateway. With `drainMs`, it first stops accepting connections, answers /readiness
+   * with 503 and lets the requests already received (queued or running) finish for at most that
+   * long; whatever is still running then is cut. Last, the ledger is flushed.
+   */
+  close(options?: { drainMs?: number }): Promise<void>;
 }
 
 export async function startGateway(options: GatewayOptions, outcomes?: OutcomeSink): Promise<Gateway> {
@@ -209,8 +214,24 @@ export async function startGateway(options: GatewayOptions, outcomes?: OutcomeSi
     shedding,
   };
 
+  // Requests on the lifecycle that have not finished, for the drain on SIGTERM.
+  let open = 0;
+  let draining = false;
+  let drained: (() => void) | undefined;
+  const onRequestClosed = () => {
+    open--;
+    if (draining) {
+      // A keep-alive connection whose answer just ended is idle now: close it, or the client
+      // would send its next request to a gateway that is going away.
+      setImmediate(() => server.closeIdleConnections());
+      if (open === 0) drained?.();
+    }
+  };
+
   function handle(req: IncomingMessage, res: ServerResponse): void {
     const requestId = requestIdFor(req.headers["x-request-id"]);
+    // While draining every answer says Connection: close, so clients reconnect elsewhere.
+    if (draining) res.shouldKeepAlive = false;
     if (req.method === "GET" || req.method === "HEAD") {
       const path = pathOf(req.url ?? "/");
       // The gateway's own paths read no body: one sent anyway is not read, so close after the
@@ -231,12 +252,12 @@ export async function startGateway(options: GatewayOptions, outcomes?: OutcomeSi
         return;
       }
       if (path === "/readiness") {
-        const ready = workers.healthyCount > 0;
+        const ready = workers.healthyCount > 0 && !draining;
         sendJson(
           res,
           ready ? 200 : 503,
           {
-            status: ready ? "ready" : "not_ready",
+            status: ready ? "ready" : draining ? "draining" : "not_ready",
             admission_mode: active.mode,
             healthy_workers: workers.healthyCount,
             capacity: capacity.capacity,
@@ -246,7 +267,31 @@ export async function startGateway(options: GatewayOptions, outcomes?: OutcomeSi
         return;
       }
     }
+    open++;
+    res.once("close", onRequestClosed);
     void runLifecycle(lifecycle, new Lease(leases, req, res, requestId), req);
+  }
+
+  /** Resolves when every request received so far has finished, or after `ms`. */
+  async function drain(ms: number): Promise<void> {
+    draining = true;
+    server.close();
+    server.closeIdleConnections();
+    if (open === 0) return;
+    logger.info({ requests: open, timeoutMs: ms }, "draining: waiting for requests in flight and queued");
+    let timer: NodeJS.Timeout | undefined;
+    const finished = await Promise.race([
+      new Promise<boolean>((resolve) => {
+        drained = () => resolve(true);
+      }),
+      new Promise<boolean>((resolve) => {
+        timer = setTimeout(() => resolve(false), ms);
+      }),
+    ]);
+    clearTimeout(timer);
+    if (finished) logger.info("drained: every request finished");
+    else
+      logger.warn({ requests: open }, `drain timed out after ${ms} ms: cutting the requests still running`);
   }
 
   async function serveMetrics(res: ServerResponse, requestId: string): Promise<void> {
@@ -380,7 +425,8 @@ export async function startGateway(options: GatewayOptions, outcomes?: OutcomeSi
     ledger,
     reload,
     status,
-    async close() {
+    async close(closeOptions) {
+      if (closeOptions?.drainMs !== undefined && closeOptions.drainMs > 0) await drain(closeOptions.drainMs);
       adaptive?.stop();
       shedding?.stop();
       await adminServer?.close();

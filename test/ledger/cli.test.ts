@@ -277,4 +277,61 @@ describe("the gateway's ledger flags", () => {
     const rows = await duckRows(path, "SELECT status, count(*) AS n FROM usage GROUP BY ALL");
     assert.deepEqual(rows, [{ status: 200, n: 3 }]);
   });
+
+  test("SIGTERM drains: requests running or queued when it comes finish whole, each leaves a row", async (t) => {
+    // One slot, so of the three requests one runs and two queue when the signal arrives.
+    const worker = await startMockWorker({ ttftMs: 1, tokenDelayMs: 40, maxRunningRequests: 1 });
+    t.after(() => worker.close());
+    const path = join(await tempDir(t), "ledger.duckdb");
+    const { child, out } = start(["--worker-urls", worker.url, "--port", "0", "--ledger", `duckdb:${path}`]);
+    t.after(() => {
+      if (child.exitCode === null) child.kill("SIGKILL");
+    });
+    const base = `http://127.0.0.1:${await listeningPort(child, out)}`;
+    const replies = [1, 2, 3].map(() =>
+      sendTo(base, "/v1/chat/completions", { body: chatBody({ max_tokens: 8, stream: true }) }),
+    );
+    await waitFor(() => worker.stats().running === 1, "one request runs on the worker");
+    child.kill("SIGTERM");
+    await waitFor(() => out.stdout.includes('"draining: waiting'), "the gateway logged its drain");
+    for (const reply of await Promise.all(replies)) {
+      assert.equal(reply.status, 200);
+      assert.ok(reply.text.trimEnd().endsWith("data: [DONE]"), `a whole stream: ${reply.text}`);
+    }
+    assert.equal(await exited(child), 0, out.stderr);
+    assert.ok(out.stdout.includes('"drained: every request finished"'), out.stdout);
+    const rows = await duckRows(path, "SELECT status, outcome, count(*) AS n FROM usage GROUP BY ALL");
+    assert.deepEqual(rows, [{ status: 200, outcome: "ok", n: 3 }]);
+  });
+
+  test("SIGTERM: past --drain-timeout-secs the requests still running are cut and recorded", async (t) => {
+    const worker = await startMockWorker({ ttftMs: 1, tokenDelayMs: 200 });
+    t.after(() => worker.close());
+    const path = join(await tempDir(t), "ledger.duckdb");
+    const { child, out } = start([
+      "--worker-urls",
+      worker.url,
+      "--port",
+      "0",
+      "--ledger",
+      `duckdb:${path}`,
+      "--drain-timeout-secs",
+      "0.3",
+    ]);
+    t.after(() => {
+      if (child.exitCode === null) child.kill("SIGKILL");
+    });
+    const base = `http://127.0.0.1:${await listeningPort(child, out)}`;
+    const reply = sendTo(base, "/v1/chat/completions", {
+      body: chatBody({ max_tokens: 100, stream: true }),
+    }).catch((err: Error) => err);
+    await waitFor(() => worker.stats().running === 1, "the request runs on the worker");
+    child.kill("SIGTERM");
+    assert.equal(await exited(child), 0, out.stderr);
+    assert.ok(out.stdout.includes("drain timed out after 300 ms"), out.stdout);
+    const cut = await reply;
+    assert.ok(cut instanceof Error || !cut.text.includes("[DONE]"), "the stream was cut before its end");
+    const rows = await duckRows(path, "SELECT count(*) AS n FROM usage");
+    assert.deepEqual(rows, [{ n: 1 }]);
+  });
 });
