@@ -1,17 +1,22 @@
 /**
- * `sluice demo`: two mock workers, the gateway with the priority scheduler, and a mixed-priority
- * load from four tenants, with a per-class table (admitted, queued, rejected, p50/p99 wait)
- * printed every second while it runs.
+ * `sluice demo`: two mock workers, the gateway with the priority scheduler, a DuckDB usage ledger
+ * and the admin dashboard, and a mixed-priority load from four tenants. A per-class table redraws
+ * every second (in place on a terminal, plain lines otherwise); at the end the demo prints the
+ * `sluice report` of what it just ran, read back from the ledger.
  */
+import { randomBytes } from "node:crypto";
 import { mkdtemp, rm, writeFile } from "node:fs/promises";
 import { tmpdir } from "node:os";
-import { join } from "node:path";
+import { join, resolve } from "node:path";
 import { Command } from "commander";
 import { pino } from "pino";
 import { Agent, request } from "undici";
 import { CLASSES_HIGH_TO_LOW, type PriorityClass } from "../core/class.js";
 import { startGateway } from "../gateway/server.js";
 import { sha256Hex } from "../gateway/tenants.js";
+import { formatResult } from "../ledger/format.js";
+import { openLedgerReader } from "../ledger/query.js";
+import { buildReport, reportTable } from "../ledger/report.js";
 import { startMockWorker } from "../mock-worker/index.js";
 
 interface Stream {
@@ -74,13 +79,18 @@ classes:
 tenant_policies:
   "auth:ops":       {max_class: system}
   "auth:chat-app":  {max_class: interactive, weight: 2}
-  "auth:analytics": {max_class: default}
-  "auth:batch-etl": {max_class: bulk}
+  "auth:analytics": {max_class: default, tokens_per_minute: 30000}
+  "auth:batch-etl": {max_class: bulk, budget_cost_usd: 1.5, budget_period: day}
 `;
 
+// USD per million tokens, so the ledger and the dashboard show costs and batch-etl meets its budget.
+const PRICING = { "mock-llm": { input_per_mtok: 50, output_per_mtok: 150 } };
+
 interface ClassStats {
-  admitted: number;
-  rejected: Map<string, number>;
+  /** Requests answered 200 to the end. */
+  completed: number;
+  /** Answers other than 200, by error code. */
+  refused: Map<string, number>;
   waits: number[];
 }
 
@@ -89,18 +99,36 @@ function percentile(sorted: number[], p: number): number {
   return sorted[Math.min(sorted.length - 1, Math.floor((p / 100) * sorted.length))]!;
 }
 
+/** How long a polite client waits after a refusal: the Retry-After it got, within [0.1 s, 5 s]. */
+function backoffMs(retryAfter: string | string[] | undefined): number {
+  const secs = Number(Array.isArray(retryAfter) ? retryAfter[0] : retryAfter);
+  return Number.isFinite(secs) && secs > 0 ? Math.min(5000, secs * 1000) : 100;
+}
+
 export async function runDemo(argv: string[]): Promise<void> {
   const opts = new Command("sluice demo")
-    .description("two mock workers, the gateway with the priority scheduler, and a mixed-priority load")
-    .option("--duration-secs <secs>", "how long the load runs", (v) => Number(v), 20)
+    .description(
+      "two mock workers, the gateway with the priority scheduler, a DuckDB ledger and the dashboard, under a mixed-priority load",
+    )
+    .option("--duration-secs <secs>", "how long the load runs", (v) => Number(v), 60)
     .option("--port <port>", "gateway port (0 = any free port)", (v) => Number(v), 0)
+    .option("--admin-port <port>", "admin API and dashboard port (0 = any free port)", (v) => Number(v), 0)
+    .option(
+      "--ledger <path>",
+      "the DuckDB ledger file (replaced at start; query it afterwards with sluice ledger query --ledger duckdb:PATH)",
+      "sluice-demo.duckdb",
+    )
     .parse(argv, { from: "user" })
-    .opts<{ durationSecs: number; port: number }>();
+    .opts<{ durationSecs: number; port: number; adminPort: number; ledger: string }>();
   if (!(opts.durationSecs > 0)) throw new Error("--duration-secs must be > 0");
 
   const dir = await mkdtemp(join(tmpdir(), "sluice-demo-"));
   const priorityPath = join(dir, "priority.yaml");
   await writeFile(priorityPath, PRIORITY_YAML);
+  const ledgerPath = resolve(opts.ledger);
+  // A fresh ledger each run, so the report at the end is this run's.
+  await Promise.all([rm(ledgerPath, { force: true }), rm(`${ledgerPath}.wal`, { force: true })]);
+  const adminToken = randomBytes(12).toString("hex");
   const workers = await Promise.all([
     startMockWorker({ maxRunningRequests: 8, ttftMs: 40, tokenDelayMs: 6 }),
     startMockWorker({ maxRunningRequests: 8, ttftMs: 40, tokenDelayMs: 6 }),
@@ -121,6 +149,7 @@ export async function runDemo(argv: string[]): Promise<void> {
     requireAuth: true,
     maxPayloadSize: 1 << 20,
     requestTimeoutSecs: 60,
+    pricing: PRICING,
     health: {
       intervalSecs: 1,
       timeoutSecs: 1,
@@ -128,20 +157,28 @@ export async function runDemo(argv: string[]): Promise<void> {
       successThreshold: 1,
       endpoint: "/health",
     },
+    admin: { host: "127.0.0.1", port: opts.adminPort, token: adminToken },
+    ledger: { target: { kind: "duckdb", path: ledgerPath }, retentionDays: 30 },
     logger: pino({ level: "warn" }, pino.destination(2)),
   });
   const scheduler = gateway.admission;
+  const adminUrl = gateway.adminServer?.url ?? "";
   process.stdout.write(
     `sluice demo: gateway ${gateway.url} -> workers ${workers.map((w) => w.url).join(", ")} ` +
-      `(capacity ${gateway.capacity.capacity}); metrics at ${gateway.url}/metrics; running ${opts.durationSecs}s\n`,
+      `(capacity ${gateway.capacity.capacity}); running ${opts.durationSecs} s (Ctrl-C ends it early)\n` +
+      `  dashboard: ${adminUrl}/dashboard   admin token: ${adminToken}\n` +
+      `  metrics:   ${gateway.url}/metrics\n` +
+      `  ledger:    ${ledgerPath} (DuckDB)\n\n`,
   );
 
   const stats = new Map<PriorityClass, ClassStats>(
-    CLASSES_HIGH_TO_LOW.map((c) => [c, { admitted: 0, rejected: new Map(), waits: [] }]),
+    CLASSES_HIGH_TO_LOW.map((c) => [c, { completed: 0, refused: new Map(), waits: [] }]),
   );
   const dispatcher = new Agent({ connections: 128 });
-  const deadline = Date.now() + opts.durationSecs * 1000;
+  const started = Date.now();
+  const deadline = started + opts.durationSecs * 1000;
   let stopping = false;
+  const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 
   async function loop(s: Stream, id: number): Promise<void> {
     const body = JSON.stringify({
@@ -151,6 +188,7 @@ export async function runDemo(argv: string[]): Promise<void> {
       ],
       max_tokens: s.maxTokens,
       stream: s.stream,
+      ...(s.stream ? { stream_options: { include_usage: true } } : {}),
     });
     while (!stopping && Date.now() < deadline) {
       const st = stats.get(s.priority)!;
@@ -167,40 +205,49 @@ export async function runDemo(argv: string[]): Promise<void> {
         });
         await res.body.text();
         if (res.statusCode === 200) {
-          st.admitted++;
+          st.completed++;
           st.waits.push(Number(res.headers["x-sluice-queue-wait-ms"] ?? 0));
         } else {
           const code = String(res.headers["x-smg-error-code"] ?? res.statusCode);
-          st.rejected.set(code, (st.rejected.get(code) ?? 0) + 1);
-          await new Promise((r) => setTimeout(r, 100)); // back off like a polite client
+          st.refused.set(code, (st.refused.get(code) ?? 0) + 1);
+          await sleep(backoffMs(res.headers["retry-after"])); // back off like a polite client
         }
       } catch {
         const key = "connection_error";
-        st.rejected.set(key, (st.rejected.get(key) ?? 0) + 1);
+        st.refused.set(key, (st.refused.get(key) ?? 0) + 1);
+        await sleep(100);
       }
-      if (s.thinkMs > 0) await new Promise((r) => setTimeout(r, s.thinkMs));
+      if (s.thinkMs > 0) await sleep(s.thinkMs);
     }
   }
 
-  const started = Date.now();
+  // On a terminal the table redraws in place; piped, each second prints plain lines.
+  const tty = process.stdout.isTTY === true;
+  let drawnLines = 0;
   const print = () => {
     const snap = scheduler.snapshot();
     if (snap.classes === null) return;
     const rows = [
-      `t=${((Date.now() - started) / 1000).toFixed(0).padStart(3)}s  capacity ${snap.capacity}  in flight ${snap.inflight}  queued ${snap.queued}`,
-      "class        admitted  in-flight  queued  rejected (by code)                     p50 wait   p99 wait",
+      `t=${((Date.now() - started) / 1000).toFixed(0).padStart(3)} s  capacity ${snap.capacity}  running ${snap.inflight}  queued ${snap.queued}`,
+      "class         completed  running  queued  refused, by error code                          wait p50   wait p99",
     ];
     for (const cls of CLASSES_HIGH_TO_LOW) {
       const st = stats.get(cls)!;
       const sorted = [...st.waits].sort((a, b) => a - b);
-      const rejected = [...st.rejected].map(([k, v]) => `${k}=${v}`).join(" ") || "-";
+      const refused = [...st.refused].map(([k, v]) => `${k}=${v}`).join(" ") || "-";
       const c = snap.classes[cls];
       rows.push(
-        `${cls.padEnd(12)} ${String(st.admitted).padStart(8)}  ${String(c.inflight).padStart(9)}  ${String(c.queued).padStart(6)}  ` +
-          `${rejected.padEnd(38)} ${`${percentile(sorted, 50)} ms`.padStart(8)} ${`${percentile(sorted, 99)} ms`.padStart(10)}`,
+        `${cls.padEnd(12)} ${String(st.completed).padStart(10)}  ${String(c.inflight).padStart(7)}  ${String(c.queued).padStart(6)}  ` +
+          `${refused.padEnd(46)} ${`${percentile(sorted, 50)} ms`.padStart(9)} ${`${percentile(sorted, 99)} ms`.padStart(10)}`,
       );
     }
-    process.stdout.write(`${rows.join("\n")}\n\n`);
+    rows.push(
+      "completed: answered 200 to the end; running, queued: now, in the scheduler; refused: answers other than 200;",
+      "wait: time queued before admission, of the completed requests (the x-sluice-queue-wait-ms header)",
+    );
+    if (tty && drawnLines > 0) process.stdout.write(`\x1b[${drawnLines}A\x1b[J`);
+    process.stdout.write(`${rows.join("\n")}\n${tty ? "" : "\n"}`);
+    drawnLines = rows.length;
   };
   const ticker = setInterval(print, 1000);
   const onSignal = () => {
@@ -215,12 +262,24 @@ export async function runDemo(argv: string[]): Promise<void> {
   const c = scheduler.counters();
   if (c !== undefined)
     process.stdout.write(
-      `done: preemptions ${Object.values(c.preemptions).reduce((n, by) => n + Object.values(by).reduce((a, b) => a + b, 0), 0)}, ` +
+      `\ndone: preemptions ${Object.values(c.preemptions).reduce((n, by) => n + Object.values(by).reduce((a, b) => a + b, 0), 0)}, ` +
         `starvation promotions ${Object.values(c.starvationPromotions).reduce((a, b) => a + b, 0)}\n`,
     );
   process.off("SIGINT", onSignal);
   await dispatcher.close();
+  // Closing the gateway writes the ledger's last rows; then the report reads them back.
   await gateway.close();
   await Promise.all(workers.map((w) => w.close()));
   await rm(dir, { recursive: true, force: true });
+
+  const reader = await openLedgerReader({ kind: "duckdb", path: ledgerPath }, { snapshot: false });
+  try {
+    const report = await buildReport(reader, started);
+    process.stdout.write(
+      `\nsluice report --since ${Math.ceil((Date.now() - started) / 1000)}s --ledger duckdb:${opts.ledger}\n` +
+        formatResult(reportTable(report), "table"),
+    );
+  } finally {
+    await reader.close();
+  }
 }
