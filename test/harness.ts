@@ -214,6 +214,8 @@ export interface FleetOptions {
   extraWorkers?: WorkerSpec[];
   /** Per-worker capacity override, by index into `workers`. */
   workerCapacity?: Array<number | undefined>;
+  /** Per-worker configured models (`workers[].models`), by index into `workers`. */
+  workerModels?: Array<string[] | undefined>;
   /**
    * The priority YAML, a document or text, written to `<dir>/priority.yaml` (rewritable with
    * `writeYaml`); undefined = no file (built-in defaults).
@@ -324,7 +326,11 @@ export async function startFleet(t: TestContext, options: FleetOptions = {}): Pr
 
   const { logger, lines } = captureLogger();
   const outcomes: OutcomeRecord[] = [];
-  const specs: WorkerSpec[] = workers.map((w, i) => ({ url: w.url, capacity: options.workerCapacity?.[i] }));
+  const specs: WorkerSpec[] = workers.map((w, i) => ({
+    url: w.url,
+    capacity: options.workerCapacity?.[i],
+    models: options.workerModels?.[i],
+  }));
   specs.push(...(options.extraWorkers ?? []));
   const adminToken = options.adminToken;
   gateway = await startGateway(
@@ -437,6 +443,7 @@ export async function startFleet(t: TestContext, options: FleetOptions = {}): Pr
 
 /**
  * A gateway-made error: status, X-SMG-Error-Code and exactly `{"error":{"message","type","code"}}`
+ * (plus `param` when a request field is at fault)
  * (and the `type`, when given). Returns the message.
  */
 export function assertError(
@@ -454,7 +461,13 @@ export function assertError(
   assert.match(String(reply.headers["content-type"]), /^application\/json/);
   const body = JSON.parse(reply.text) as { error: Record<string, unknown> };
   assert.deepEqual(Object.keys(body), ["error"]);
-  assert.deepEqual(Object.keys(body.error).sort(), ["code", "message", "type"]);
+  // `param` only when a request field is at fault (OpenAI's shape).
+  const keys = Object.keys(body.error).sort();
+  assert.deepEqual(
+    keys.filter((k) => k !== "param"),
+    ["code", "message", "type"],
+  );
+  if (keys.includes("param")) assert.equal(typeof body.error.param, "string");
   assert.equal(body.error.code, code);
   if (type !== undefined) assert.equal(body.error.type, type);
   assert.equal(typeof body.error.type, "string");

@@ -1,6 +1,7 @@
 /**
- * `sluice demo`: two mock workers, the gateway with the priority scheduler, a DuckDB usage ledger
- * and the admin dashboard, and a mixed-priority load from four tenants. A per-class table redraws
+ * `sluice demo`: a two-model fleet of mock workers (two for a small fast model, one for a big slow
+ * one: two model pools), the gateway with the priority scheduler, a DuckDB usage ledger and the
+ * admin dashboard, and a mixed-priority load from five tenants. A per-class table redraws
  * every second (in place on a terminal, plain lines otherwise); at the end the demo prints the
  * `sluice report` of what it just ran, read back from the ledger.
  */
@@ -19,9 +20,13 @@ import { openLedgerReader } from "../ledger/query.js";
 import { buildReport, reportTable } from "../ledger/report.js";
 import { startMockWorker } from "../mock-worker/index.js";
 
+const SMALL_MODEL = "llama-3-8b";
+const BIG_MODEL = "llama-3-70b";
+
 interface Stream {
   tenant: string;
   key: string;
+  model: string;
   priority: PriorityClass;
   concurrency: number;
   maxTokens: number;
@@ -35,6 +40,7 @@ const STREAMS: Stream[] = [
   {
     tenant: "ops",
     key: "demo-ops",
+    model: SMALL_MODEL,
     priority: "system",
     concurrency: 1,
     maxTokens: 4,
@@ -44,6 +50,7 @@ const STREAMS: Stream[] = [
   {
     tenant: "chat-app",
     key: "demo-chat",
+    model: SMALL_MODEL,
     priority: "interactive",
     concurrency: 6,
     maxTokens: 24,
@@ -53,6 +60,7 @@ const STREAMS: Stream[] = [
   {
     tenant: "analytics",
     key: "demo-analytics",
+    model: SMALL_MODEL,
     priority: "default",
     concurrency: 10,
     maxTokens: 48,
@@ -62,9 +70,21 @@ const STREAMS: Stream[] = [
   {
     tenant: "batch-etl",
     key: "demo-batch",
+    model: SMALL_MODEL,
     priority: "bulk",
     concurrency: 40,
     maxTokens: 64,
+    thinkMs: 0,
+    stream: false,
+  },
+  // A research team floods the big model: its own pool queues, the small model's users never notice.
+  {
+    tenant: "research",
+    key: "demo-research",
+    model: BIG_MODEL,
+    priority: "default",
+    concurrency: 12,
+    maxTokens: 32,
     thinkMs: 0,
     stream: false,
   },
@@ -81,10 +101,14 @@ tenant_policies:
   "auth:chat-app":  {max_class: interactive, weight: 2}
   "auth:analytics": {max_class: default, tokens_per_minute: 30000}
   "auth:batch-etl": {max_class: bulk, budget_cost_usd: 1.5, budget_period: day}
+  "auth:research":  {max_class: default}
 `;
 
 // USD per million tokens, so the ledger and the dashboard show costs and batch-etl meets its budget.
-const PRICING = { "mock-llm": { input_per_mtok: 50, output_per_mtok: 150 } };
+const PRICING = {
+  [SMALL_MODEL]: { input_per_mtok: 50, output_per_mtok: 150 },
+  [BIG_MODEL]: { input_per_mtok: 400, output_per_mtok: 1200 },
+};
 
 interface ClassStats {
   /** Requests answered 200 to the end. */
@@ -130,8 +154,27 @@ export async function runDemo(argv: string[]): Promise<void> {
   await Promise.all([rm(ledgerPath, { force: true }), rm(`${ledgerPath}.wal`, { force: true })]);
   const adminToken = randomBytes(12).toString("hex");
   const workers = await Promise.all([
-    startMockWorker({ maxRunningRequests: 8, ttftMs: 40, tokenDelayMs: 6 }),
-    startMockWorker({ maxRunningRequests: 8, ttftMs: 40, tokenDelayMs: 6 }),
+    startMockWorker({
+      model: SMALL_MODEL,
+      strictModels: true,
+      maxRunningRequests: 8,
+      ttftMs: 40,
+      tokenDelayMs: 6,
+    }),
+    startMockWorker({
+      model: SMALL_MODEL,
+      strictModels: true,
+      maxRunningRequests: 8,
+      ttftMs: 40,
+      tokenDelayMs: 6,
+    }),
+    startMockWorker({
+      model: BIG_MODEL,
+      strictModels: true,
+      maxRunningRequests: 4,
+      ttftMs: 150,
+      tokenDelayMs: 25,
+    }),
   ]);
   const gateway = await startGateway({
     workers: workers.map((w) => ({ url: w.url })),
@@ -150,6 +193,13 @@ export async function runDemo(argv: string[]): Promise<void> {
     maxPayloadSize: 1 << 20,
     requestTimeoutSecs: 60,
     pricing: PRICING,
+    // The big model's pool has 4 slots: reservations sized for it (the priority YAML's fit 16).
+    pools: {
+      [BIG_MODEL]: {
+        interactive: { reserved_floor: 1 },
+        default: { reserved_floor: 0, reserved_per_slot: 0 },
+      },
+    },
     health: {
       intervalSecs: 1,
       timeoutSecs: 1,
@@ -171,9 +221,17 @@ export async function runDemo(argv: string[]): Promise<void> {
       `  ledger:    ${ledgerPath} (DuckDB)\n\n`,
   );
 
-  const stats = new Map<PriorityClass, ClassStats>(
-    CLASSES_HIGH_TO_LOW.map((c) => [c, { completed: 0, refused: new Map(), waits: [] }]),
-  );
+  // Per model and class, as the client sees it.
+  const stats = new Map<string, ClassStats>();
+  const statsOf = (model: string, cls: PriorityClass): ClassStats => {
+    const key = `${model}/${cls}`;
+    let st = stats.get(key);
+    if (st === undefined) {
+      st = { completed: 0, refused: new Map(), waits: [] };
+      stats.set(key, st);
+    }
+    return st;
+  };
   const dispatcher = new Agent({ connections: 128 });
   const started = Date.now();
   const deadline = started + opts.durationSecs * 1000;
@@ -182,7 +240,7 @@ export async function runDemo(argv: string[]): Promise<void> {
 
   async function loop(s: Stream, id: number): Promise<void> {
     const body = JSON.stringify({
-      model: "mock-llm",
+      model: s.model,
       messages: [
         { role: "user", content: `request from ${s.tenant} #${id}: summarise the quarterly report` },
       ],
@@ -191,7 +249,7 @@ export async function runDemo(argv: string[]): Promise<void> {
       ...(s.stream ? { stream_options: { include_usage: true } } : {}),
     });
     while (!stopping && Date.now() < deadline) {
-      const st = stats.get(s.priority)!;
+      const st = statsOf(s.model, s.priority);
       try {
         const res = await request(`${gateway.url}/v1/chat/completions`, {
           method: "POST",
@@ -228,21 +286,27 @@ export async function runDemo(argv: string[]): Promise<void> {
     const snap = scheduler.snapshot();
     if (snap.classes === null) return;
     const rows = [
-      `t=${((Date.now() - started) / 1000).toFixed(0).padStart(3)} s  capacity ${snap.capacity}  running ${snap.inflight}  queued ${snap.queued}`,
-      "class         completed  running  queued  refused, by error code                          wait p50   wait p99",
+      `t=${((Date.now() - started) / 1000).toFixed(0).padStart(3)} s  fleet: capacity ${snap.capacity}  running ${snap.inflight}  queued ${snap.queued}`,
+      "model pool / class         completed  running  queued  refused, by error code                          wait p50   wait p99",
     ];
-    for (const cls of CLASSES_HIGH_TO_LOW) {
-      const st = stats.get(cls)!;
-      const sorted = [...st.waits].sort((a, b) => a - b);
-      const refused = [...st.refused].map(([k, v]) => `${k}=${v}`).join(" ") || "-";
-      const c = snap.classes[cls];
-      rows.push(
-        `${cls.padEnd(12)} ${String(st.completed).padStart(10)}  ${String(c.inflight).padStart(7)}  ${String(c.queued).padStart(6)}  ` +
-          `${refused.padEnd(46)} ${`${percentile(sorted, 50)} ms`.padStart(9)} ${`${percentile(sorted, 99)} ms`.padStart(10)}`,
-      );
+    for (const pool of gateway.pools.all) {
+      const ps = pool.admission.snapshot();
+      if (ps.classes === null) continue;
+      rows.push(`${pool.name} (capacity ${ps.capacity}, running ${ps.inflight}, queued ${ps.queued})`);
+      for (const cls of CLASSES_HIGH_TO_LOW) {
+        const st = statsOf(pool.name, cls);
+        const c = ps.classes[cls];
+        if (st.completed + st.refused.size + c.inflight + c.queued === 0) continue;
+        const sorted = [...st.waits].sort((a, b) => a - b);
+        const refused = [...st.refused].map(([k, v]) => `${k}=${v}`).join(" ") || "-";
+        rows.push(
+          `  ${cls.padEnd(24)} ${String(st.completed).padStart(10)}  ${String(c.inflight).padStart(7)}  ${String(c.queued).padStart(6)}  ` +
+            `${refused.padEnd(46)} ${`${percentile(sorted, 50)} ms`.padStart(9)} ${`${percentile(sorted, 99)} ms`.padStart(10)}`,
+        );
+      }
     }
     rows.push(
-      "completed: answered 200 to the end; running, queued: now, in the scheduler; refused: answers other than 200;",
+      "completed: answered 200 to the end; running, queued: now, in the pool's scheduler; refused: answers other than 200;",
       "wait: time queued before admission, of the completed requests (the x-sluice-queue-wait-ms header)",
     );
     if (tty && drawnLines > 0) process.stdout.write(`\x1b[${drawnLines}A\x1b[J`);

@@ -10,8 +10,9 @@ import { parse as parseYaml } from "yaml";
 import { z } from "zod";
 import type { LoadSheddingOptions } from "../capacity/load-shedding.js";
 import { pricingSchema } from "../config/pricing.js";
+import { schedulerFileSchema } from "../config/scheduler-file.js";
 import { PRIORITY_CLASSES, type PriorityClass, parsePriority } from "../core/class.js";
-import type { Pricing } from "../core/config.js";
+import type { ClassOverrides, Pricing } from "../core/config.js";
 import { ConfigError } from "../core/errors.js";
 import type { LegacyLimiterOptions } from "../core/legacy.js";
 import type { ClientLimits } from "../gateway/client-guard.js";
@@ -25,9 +26,26 @@ import {
 } from "../gateway/options.js";
 import { DEFAULT_LEDGER, DEFAULT_RETENTION_DAYS, parseLedgerTarget } from "../ledger/target.js";
 import type { LedgerOptions } from "../ledger/writer.js";
+import {
+  type BreakerOptions,
+  DEFAULT_BREAKER,
+  DEFAULT_ROUTING,
+  POLICY_NAMES,
+  type RoutingOptions,
+} from "../routing/options.js";
+import {
+  DEFAULT_LEASE_TTL_SECS,
+  DEFAULT_STATE_KEY_PREFIX,
+  defaultReplicaId,
+  REPLICA_ID_PATTERN,
+  STATE_FAIL_MODES,
+  type StateFailMode,
+  type StateOptions,
+  stateUrlProblem,
+} from "../state/redis/options.js";
 
 export const LOG_LEVELS = ["trace", "debug", "info", "warn", "error", "fatal", "silent"] as const;
-export const POLICIES = ["power_of_two", "round_robin", "random"] as const;
+export const POLICIES = POLICY_NAMES;
 
 export interface GatewayFlags {
   workerUrls: string[];
@@ -54,6 +72,14 @@ export interface GatewayFlags {
   maxCostTokens: number | undefined;
   capacity: CapacityOptions;
   shedding: LoadSheddingOptions;
+  /** The routing policies' knobs (docs/routing.md). */
+  routing: Omit<RoutingOptions, "policy">;
+  /** Per-worker circuit breakers (docs/routing.md). */
+  breaker: BreakerOptions;
+  /** `default_model`: where a request that names no model goes. */
+  defaultModel: string | undefined;
+  /** `pools`: per-pool class overrides, keyed by a model of the pool. */
+  pools: Record<string, ClassOverrides>;
   clientLimits: ClientLimits;
   health: HealthCheckOptions;
   logLevel: (typeof LOG_LEVELS)[number];
@@ -61,6 +87,8 @@ export interface GatewayFlags {
   admin: { host: string; port: number; token: string } | undefined;
   /** The usage ledger (default duckdb:sluice-ledger.duckdb in the working directory). */
   ledger: LedgerOptions;
+  /** Shared state through Redis (`--state-url`); undefined: state in process. */
+  state: StateOptions | undefined;
   /** The --config file, for reloads. */
   configPath: string | undefined;
 }
@@ -135,9 +163,104 @@ export const FLAG_SPECS: FlagSpec[] = [
   {
     flags: "--policy <policy>",
     key: "policy",
-    description: `worker choice: ${POLICIES.join(" | ")}`,
+    description: `worker choice: ${POLICIES.join(" | ")} (docs/routing.md)`,
     parse: choiceArg(POLICIES),
-    default: "power_of_two",
+    default: DEFAULT_ROUTING.policy,
+  },
+  {
+    flags: "--session-header <name>",
+    key: "session_header",
+    description: "session policy: the header whose value is hashed onto a worker",
+    parse: (raw) => {
+      if (!/^[!#$%&'*+.^_`|~0-9A-Za-z-]+$/.test(raw)) throw new InvalidArgumentError("must be a header name");
+      return raw.toLowerCase();
+    },
+    default: DEFAULT_ROUTING.sessionHeader,
+  },
+  {
+    flags: "--cache-threshold <ratio>",
+    key: "cache_threshold",
+    description: "cache_aware: smallest matched share of the prompt (0..1) that pins a request to a worker",
+    parse: numArg("a number from 0 to 1", (n) => n >= 0 && n <= 1),
+    default: DEFAULT_ROUTING.cacheThreshold,
+  },
+  {
+    flags: "--balance-abs-threshold <n>",
+    key: "balance_abs_threshold",
+    description:
+      "cache_aware, prefix_hash: a worker more than this many requests above the mean (and past the relative threshold) is overloaded",
+    parse: intArg(0),
+    default: DEFAULT_ROUTING.balanceAbsThreshold,
+  },
+  {
+    flags: "--balance-rel-threshold <ratio>",
+    key: "balance_rel_threshold",
+    description:
+      "cache_aware, prefix_hash: a worker above this multiple of the mean load (and past the absolute threshold) is overloaded",
+    parse: numArg("a number >= 1", (n) => n >= 1),
+    default: DEFAULT_ROUTING.balanceRelThreshold,
+  },
+  {
+    flags: "--cache-aware-max-tree-size <chars>",
+    key: "cache_aware_max_tree_size",
+    description:
+      "cache_aware: characters the prefix tree of a pool holds at most (least recently used go first)",
+    parse: intArg(1),
+    default: DEFAULT_ROUTING.cacheAwareMaxTreeSize,
+  },
+  {
+    flags: "--breaker-failures <n>",
+    key: "breaker_failures",
+    description: "circuit breaker: consecutive failed requests that open a worker's circuit (0 = rule off)",
+    parse: intArg(0),
+    default: DEFAULT_BREAKER.failures,
+  },
+  {
+    flags: "--breaker-error-ratio <ratio>",
+    key: "breaker_error_ratio",
+    description:
+      "circuit breaker: failed share of the window's requests that opens the circuit (0 = rule off)",
+    parse: numArg("a number from 0 to 1", (n) => n >= 0 && n <= 1),
+    default: DEFAULT_BREAKER.errorRatio,
+  },
+  {
+    flags: "--breaker-window-secs <secs>",
+    key: "breaker_window_secs",
+    description: "circuit breaker: the error ratio's window",
+    parse: numArg("a number > 0", (n) => n > 0),
+    default: DEFAULT_BREAKER.windowSecs,
+  },
+  {
+    flags: "--breaker-min-requests <n>",
+    key: "breaker_min_requests",
+    description: "circuit breaker: requests the window must hold before the error ratio counts",
+    parse: intArg(1),
+    default: DEFAULT_BREAKER.minRequests,
+  },
+  {
+    flags: "--breaker-cooldown-secs <secs>",
+    key: "breaker_cooldown_secs",
+    description: "circuit breaker: time an open circuit waits before trial requests (half-open)",
+    parse: numArg("a number > 0", (n) => n > 0),
+    default: DEFAULT_BREAKER.cooldownSecs,
+  },
+  {
+    flags: "--breaker-half-open-requests <n>",
+    key: "breaker_half_open_requests",
+    description:
+      "circuit breaker: trial requests a half-open circuit lets through at once; one success closes it",
+    parse: intArg(1),
+    default: DEFAULT_BREAKER.halfOpenRequests,
+  },
+  {
+    flags: "--default-model <model>",
+    key: "default_model",
+    description:
+      "the model of a request whose body names none (with several model pools; else such a request gets 400)",
+    parse: (raw) => {
+      if (raw.trim() === "" || raw.length > 256) throw new InvalidArgumentError("must be a model name");
+      return raw;
+    },
   },
   {
     flags: "--priority-scheduler-enabled",
@@ -380,6 +503,55 @@ export const FLAG_SPECS: FlagSpec[] = [
     default: DEFAULT_RETENTION_DAYS,
   },
   {
+    flags: "--state-url <url>",
+    key: "state_url",
+    description:
+      "shared state for several replicas: redis://[:PASSWORD@]HOST:PORT/DB or rediss:// (docs/replicas.md); without it state stays in process",
+    parse: (raw) => {
+      const problem = stateUrlProblem(raw);
+      if (problem !== undefined) throw new InvalidArgumentError(problem);
+      return raw;
+    },
+  },
+  {
+    flags: "--state-key-prefix <prefix>",
+    key: "state_key_prefix",
+    description: "prefix of every shared-state key (one hash tag, so Redis Cluster works)",
+    parse: (raw) => {
+      if (raw === "" || /\s/.test(raw))
+        throw new InvalidArgumentError("must be a non-empty prefix without spaces");
+      return raw;
+    },
+    default: DEFAULT_STATE_KEY_PREFIX,
+  },
+  {
+    flags: "--replica-id <id>",
+    key: "replica_id",
+    description: "this replica's name in the shared state (default: hostname-pid)",
+    parse: (raw) => {
+      if (!REPLICA_ID_PATTERN.test(raw)) {
+        throw new InvalidArgumentError("must be 1 to 128 letters, digits or . _ : @ -");
+      }
+      return raw;
+    },
+  },
+  {
+    flags: "--state-fail-mode <mode>",
+    key: "state_fail_mode",
+    description:
+      "when Redis is unreachable: local (admit on capacity / N replicas, local budgets) | closed (503 scheduler_unavailable)",
+    parse: choiceArg(STATE_FAIL_MODES),
+    default: "local",
+  },
+  {
+    flags: "--lease-ttl-secs <secs>",
+    key: "lease_ttl_secs",
+    description:
+      "shared state: a dead replica's slots come back within this time (renewed while requests run)",
+    parse: numArg("a number > 0", (n) => n > 0),
+    default: DEFAULT_LEASE_TTL_SECS,
+  },
+  {
     flags: "--config <path>",
     key: "config",
     description:
@@ -394,6 +566,7 @@ const NON_FLAG_KEYS = new Set([
   "pricing",
   "load_shedding",
   "keyed_shedding",
+  "pools",
 ]);
 
 const sheddableClass = z.enum(["bulk", "default", "interactive"], {
@@ -426,7 +599,21 @@ const workersSchema = z.array(
     url: z.string(),
     capacity: z.number().int("must be an integer").min(1, "must be >= 1").optional(),
     api_key: z.string().min(1, "must be a non-empty string").optional(),
+    models: z
+      .array(z.string().min(1, "must be a model name").max(256, "must be at most 256 characters"), {
+        error: "must be a list of model names",
+      })
+      .min(1, "must name at least one model (leave it out to use what the worker reports)")
+      .optional(),
   }),
+);
+// Per-pool overrides of the priority YAML's classes, keyed by any model of the pool.
+const poolsSchema = z.record(
+  z.string().min(1, "must be a model name"),
+  z.strictObject({
+    classes: schedulerFileSchema.shape.classes,
+  }),
+  { error: "must be a mapping of model name to {classes: ...}" },
 );
 const apiKeysSchema = z.array(z.strictObject({ sha256: z.string(), tenant: z.string() }));
 
@@ -543,9 +730,11 @@ export function parseGatewayArgs(argv: string[]): GatewayFlags {
       if (existing) {
         existing.capacity = w.capacity;
         if (w.api_key !== undefined) existing.apiKey = w.api_key;
+        if (w.models !== undefined) existing.models = w.models;
       } else {
         const spec: WorkerSpec = { url: origin, capacity: w.capacity };
         if (w.api_key !== undefined) spec.apiKey = w.api_key;
+        if (w.models !== undefined) spec.models = w.models;
         workers.push(spec);
         byUrl.set(origin, spec);
       }
@@ -590,6 +779,23 @@ export function parseGatewayArgs(argv: string[]): GatewayFlags {
     maxCostTokens: values.max_cost_tokens as number | undefined,
     capacity: capacitySettings(values),
     shedding: sheddingSettings(file, configPath),
+    routing: {
+      sessionHeader: values.session_header as string,
+      cacheThreshold: values.cache_threshold as number,
+      balanceAbsThreshold: values.balance_abs_threshold as number,
+      balanceRelThreshold: values.balance_rel_threshold as number,
+      cacheAwareMaxTreeSize: values.cache_aware_max_tree_size as number,
+    },
+    breaker: {
+      failures: values.breaker_failures as number,
+      errorRatio: values.breaker_error_ratio as number,
+      windowSecs: values.breaker_window_secs as number,
+      minRequests: values.breaker_min_requests as number,
+      cooldownSecs: values.breaker_cooldown_secs as number,
+      halfOpenRequests: values.breaker_half_open_requests as number,
+    },
+    defaultModel: values.default_model as string | undefined,
+    pools: poolSettings(file, configPath),
     clientLimits: {
       headersTimeoutSecs: values.client_headers_timeout_secs as number,
       bodyIdleTimeoutSecs: values.client_body_idle_timeout_secs as number,
@@ -610,8 +816,37 @@ export function parseGatewayArgs(argv: string[]): GatewayFlags {
       target: parseLedgerTarget(values.ledger as string),
       retentionDays: values.ledger_retention_days as number,
     },
+    state:
+      values.state_url === undefined
+        ? undefined
+        : {
+            url: values.state_url as string,
+            keyPrefix: values.state_key_prefix as string,
+            replicaId: (values.replica_id as string | undefined) ?? defaultReplicaId(),
+            failMode: values.state_fail_mode as StateFailMode,
+            leaseTtlSecs: values.lease_ttl_secs as number,
+          },
     configPath,
   };
+}
+
+/** The `pools` block of the --config file: per-pool class overrides; errors name the key. */
+function poolSettings(
+  file: Record<string, unknown>,
+  configPath: string | undefined,
+): Record<string, ClassOverrides> {
+  const value = file.pools;
+  if (value === undefined || value === null) return {};
+  const parsed = poolsSchema.safeParse(value);
+  if (!parsed.success) {
+    const issue = parsed.error.issues[0]!;
+    const at = issue.path.length > 0 ? `pools.${issue.path.join(".")}` : "pools";
+    throw new ConfigError(`${configPath}: ${at}`, issue.message);
+  }
+  const out: Record<string, ClassOverrides> = {};
+  for (const [model, block] of Object.entries(parsed.data))
+    out[model] = (block.classes ?? {}) as ClassOverrides;
+  return out;
 }
 
 /** The `load_shedding` and `keyed_shedding` blocks of the --config file; errors name the key. */

@@ -121,13 +121,16 @@ export class BudgetBook {
     return (usage.inputTokens * price.input_per_mtok + usage.outputTokens * price.output_per_mtok) / 1e6;
   }
 
-  /** Runs the checks in order; on success the estimate is held against the tenant's budgets. */
-  check(tenant: string, model: string | undefined, estimate: Usage): BudgetHold | BudgetRejection {
+  /** The tenant's policy, if it has one (a shared budget store keeps its accounts elsewhere). */
+  policyOf(tenant: string): TenantPolicy | undefined {
+    return this.policies.get(tenant)?.policy;
+  }
+
+  /** The checks that need no account: suspended, outside its windows, model not allowed. */
+  checkAccess(tenant: string, model: string | undefined, epoch = this.epoch()): BudgetRejection | undefined {
     const compiled = this.policies.get(tenant);
-    const epoch = this.epoch();
-    if (compiled === undefined) return { ok: true, tenant, model, estimate, settled: false, periodStart: 0 };
-    const { policy } = compiled;
-    if (policy.active === false) {
+    if (compiled === undefined) return undefined;
+    if (compiled.policy.active === false) {
       return { ok: false, code: "tenant_inactive", message: `tenant ${tenant} is suspended` };
     }
     if (compiled.windows !== undefined && !compiled.windows.some((w) => inWindow(w, epoch))) {
@@ -144,6 +147,17 @@ export class BudgetBook {
         message: `tenant ${tenant} may not use model ${model === undefined ? "(none given)" : JSON.stringify(model)}`,
       };
     }
+    return undefined;
+  }
+
+  /** Runs the checks in order; on success the estimate is held against the tenant's budgets. */
+  check(tenant: string, model: string | undefined, estimate: Usage): BudgetHold | BudgetRejection {
+    const compiled = this.policies.get(tenant);
+    const epoch = this.epoch();
+    if (compiled === undefined) return { ok: true, tenant, model, estimate, settled: false, periodStart: 0 };
+    const { policy } = compiled;
+    const refused = this.checkAccess(tenant, model, epoch);
+    if (refused !== undefined) return refused;
     const account = this.account(tenant, policy, epoch);
     const tokens = estimate.inputTokens + estimate.outputTokens;
     if (policy.budget_tokens !== undefined && account.usedTokens >= policy.budget_tokens) {
@@ -228,7 +242,7 @@ export class BudgetBook {
     }
   }
 
-  private exhausted(tenant: string, policy: TenantPolicy, unit: string, limit: number): BudgetRejection {
+  protected exhausted(tenant: string, policy: TenantPolicy, unit: string, limit: number): BudgetRejection {
     return {
       ok: false,
       code: "tenant_budget_exhausted",
@@ -236,7 +250,7 @@ export class BudgetBook {
     };
   }
 
-  private epoch(): number {
+  protected epoch(): number {
     return this.clock.epochMs();
   }
 

@@ -2,22 +2,38 @@
  * The admin API, on its own listener (`--admin-port`, off by default) so clients of the data plane
  * can never reach it. Every call needs `Authorization: Bearer <token>`, compared in constant time.
  *
- *   PUT    /api/v1/capacity {"max_in_flight": N}   pin capacity live
+ *   PUT    /api/v1/capacity {"max_in_flight": N, "model"?: M}   pin capacity live (of M's pool)
+ *   DELETE /api/v1/capacity[?model=M]              (that pool) back to discovered capacity
  *   DELETE /api/v1/capacity                        back to discovered capacity
  *   GET    /api/v1/status                          per-class and per-tenant snapshot
  *   POST   /api/v1/reload                          re-read the policy files (also on SIGHUP)
+ *   GET    /api/v1/dashboard/snapshot              the live dashboard's numbers, once
+ *   GET    /api/v1/dashboard/events                the same as server-sent events, about every second
+ *
+ * The dashboard page itself (`GET /dashboard` and its assets under `/dashboard/`) needs no token: it
+ * holds no data, asks for the token and sends it with every data call (docs/dashboard.md).
  */
 import { createHash, timingSafeEqual } from "node:crypto";
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from "node:http";
 import type { AddressInfo } from "node:net";
+import { isDashboardPath, serveDashboardAsset } from "../dashboard/assets.js";
 import { readBody } from "./body.js";
 import { DEFAULT_CLIENT_LIMITS, guardServer, serverTimeouts } from "./client-guard.js";
 import { GatewayError, sendError, sendJson, toGatewayError } from "./http-errors.js";
 
 export interface AdminHandlers {
-  pinCapacity(capacity: number | undefined): { capacity: number; pinned: number | undefined };
+  /** Pins (or unpins) the capacity of `model`'s pool, else of the only pool. */
+  pinCapacity(capacity: number | undefined, model: string | undefined): unknown;
   status(): unknown;
   reload(): Promise<unknown>;
+  /** The live dashboard's data; without it the admin listener serves no dashboard. */
+  dashboard?: AdminDashboard | undefined;
+}
+
+export interface AdminDashboard {
+  snapshot(): Promise<unknown>;
+  /** Answers with an event stream that runs until the client leaves or the dashboard closes. */
+  events(req: IncomingMessage, res: ServerResponse): void;
 }
 
 export interface AdminServer {
@@ -43,8 +59,12 @@ export async function startAdminServer(options: {
     return m !== null && timingSafeEqual(digest(m[1]!), expected);
   };
 
+  const dashboard = options.handlers.dashboard;
+
   async function handle(req: IncomingMessage, res: ServerResponse): Promise<void> {
     try {
+      const path = (req.url ?? "/").split("?")[0]!;
+      if (dashboard !== undefined && isDashboardPath(path)) return await serveDashboardAsset(req, res, path);
       if (!authorized(req)) {
         req.resume();
         throw new GatewayError(
@@ -52,7 +72,6 @@ export async function startAdminServer(options: {
           "the admin API needs Authorization: Bearer <admin token>",
         );
       }
-      const path = (req.url ?? "/").split("?")[0];
       if (path === "/api/v1/capacity" && req.method === "PUT") {
         const body = await readBody(req, 64 * 1024, 10_000);
         let doc: unknown;
@@ -65,17 +84,29 @@ export async function startAdminServer(options: {
         if (typeof n !== "number" || !Number.isInteger(n) || n < 0) {
           throw new GatewayError("invalid_capacity", "max_in_flight must be an integer >= 0");
         }
-        return sendJson(res, 200, options.handlers.pinCapacity(n));
+        const model = (doc as { model?: unknown }).model;
+        if (model !== undefined && (typeof model !== "string" || model === "")) {
+          throw new GatewayError("invalid_capacity", "model must be a model name", { param: "model" });
+        }
+        return sendJson(res, 200, options.handlers.pinCapacity(n, model));
       }
       if (path === "/api/v1/capacity" && req.method === "DELETE") {
         req.resume();
-        return sendJson(res, 200, options.handlers.pinCapacity(undefined));
+        const model = new URLSearchParams((req.url ?? "").split("?")[1] ?? "").get("model");
+        return sendJson(res, 200, options.handlers.pinCapacity(undefined, model ?? undefined));
       }
       if (path === "/api/v1/status" && req.method === "GET")
         return sendJson(res, 200, options.handlers.status());
       if (path === "/api/v1/reload" && req.method === "POST") {
         req.resume();
         return sendJson(res, 200, await options.handlers.reload());
+      }
+      if (dashboard !== undefined && req.method === "GET") {
+        if (path === "/api/v1/dashboard/snapshot") {
+          req.resume();
+          return sendJson(res, 200, await dashboard.snapshot(), { "cache-control": "no-store" });
+        }
+        if (path === "/api/v1/dashboard/events") return dashboard.events(req, res);
       }
       req.resume();
       throw new GatewayError("not_found", `no admin route ${req.method} ${path}`);

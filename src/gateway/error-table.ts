@@ -33,6 +33,8 @@ export const ERROR_TABLE = {
   ),
   scheduler_preempted: row(503, true, 1, "a higher class took the slot before the first byte"),
   scheduler_client_cancelled: row(499, false, "none", "the client went away"),
+  // Shared state (Redis) unreachable with --state-fail-mode closed (docs/replicas.md).
+  scheduler_unavailable: row(503, true, 1, "the shared scheduler state is unavailable"),
   // Shedding at the door (docs/adaptive.md).
   load_shed: row(503, true, "computed", "the gateway is shedding load; retry later"),
   // Legacy admission (scheduler disabled or failed safe).
@@ -70,6 +72,7 @@ export const ERROR_TABLE = {
   too_many_connections: row(503, true, 1, "the gateway has too many client connections open"),
   // The workers.
   no_healthy_workers: row(503, true, 1, "no healthy worker is available"),
+  model_not_found: row(404, false, "none", "no worker serves this model"),
   upstream_unavailable: row(502, true, "none", "could not connect to the worker"),
   upstream_reset: row(502, true, "none", "the worker closed the connection"),
   upstream_bad_response: row(502, true, "none", "the worker sent a malformed HTTP response"),

@@ -9,7 +9,6 @@ import type { IncomingMessage, ServerResponse } from "node:http";
 import type { Logger } from "pino";
 import type { Dispatcher } from "undici";
 import type { CapacityFeedback } from "../capacity/adaptive.js";
-import type { LoadShedding } from "../capacity/load-shedding.js";
 import type { BudgetBook, BudgetHold, Usage } from "../core/budgets.js";
 import { AdmissionError } from "../core/errors.js";
 import type { CancelSignal } from "../core/signal.js";
@@ -19,6 +18,7 @@ import { closeAfterAnswer } from "./client-guard.js";
 import type { RequestEstimate } from "./cost.js";
 import type { ErrorCode } from "./error-table.js";
 import { GatewayError, sendError, toGatewayError } from "./http-errors.js";
+import type { ModelPool } from "./model-pools.js";
 import type { AdmissionPath, OutcomeKind, OutcomeRecord, OutcomeSink } from "./outcome.js";
 import type { TenantActivity } from "./tenant-activity.js";
 import { ANONYMOUS_TENANT } from "./tenants.js";
@@ -28,17 +28,14 @@ import type { Worker, WorkerPool } from "./workers.js";
 
 /** What every lease needs from the gateway. */
 export interface LeaseContext {
-  readonly admission: AdmissionBackend;
+  /** The fleet's admission, for requests that never reached a pool (classes of a rejected one). */
+  readonly admission: Pick<AdmissionBackend, "mode" | "classify">;
   readonly workers: WorkerPool;
   readonly budgets: BudgetBook;
   readonly metrics: SluiceMetrics;
   readonly activity: TenantActivity;
   readonly outcomes: OutcomeSink | undefined;
   readonly logger: Logger;
-  /** Adaptive capacity's inputs; absent in static mode. */
-  readonly feedback: CapacityFeedback | undefined;
-  /** Shedding's usage and completion inputs; absent when not configured. */
-  readonly shedding: LoadShedding | undefined;
 }
 
 /** How a request ended, as the lifecycle reports it to its lease. */
@@ -80,6 +77,8 @@ export class Lease implements ExchangeOwner, CancelSignal {
   tenant = ANONYMOUS_TENANT;
   estimate: RequestEstimate | undefined;
   hold: BudgetHold | undefined;
+  /** The model pool the request was routed to (undefined until routed). */
+  pool: ModelPool | undefined;
   slot: Slot | undefined;
   worker: Worker | undefined;
   /** The worker's reported usage, once its answer has been read. */
@@ -154,7 +153,7 @@ export class Lease implements ExchangeOwner, CancelSignal {
   admitted(slot: Slot): void {
     this.slot = slot;
     this.ctx.activity.inflight(this.tenant, 1);
-    this.ctx.feedback?.inflight(1);
+    this.pool?.adaptive?.inflight(1);
     slot.onPreempt(this.onPreempted);
     this.answerHeaders.push(
       "x-sluice-admission",
@@ -251,7 +250,7 @@ export class Lease implements ExchangeOwner, CancelSignal {
     if (slot !== undefined) {
       slot.release();
       ctx.activity.inflight(this.tenant, -1);
-      ctx.feedback?.inflight(-1);
+      this.pool?.adaptive?.inflight(-1);
     }
 
     // 3. Settle: charge what was served.
@@ -277,9 +276,11 @@ export class Lease implements ExchangeOwner, CancelSignal {
     }
 
     // 4. Feed capacity and shedding, count and record.
-    if (ctx.feedback !== undefined) this.feedCapacity(ctx.feedback, status, code, outcome, usage);
-    if (ctx.shedding !== undefined && slot?.effectiveClass !== undefined && !nothingServed) {
-      ctx.shedding.served(
+    const adaptive = this.pool?.adaptive;
+    if (adaptive !== undefined) this.feedCapacity(adaptive, status, code, outcome, usage);
+    const shedding = this.pool?.shedding;
+    if (shedding !== undefined && slot?.effectiveClass !== undefined && !nothingServed) {
+      shedding.served(
         slot.effectiveClass,
         this.tenant,
         usage !== undefined ? usage.inputTokens + usage.outputTokens : (estimate?.cost ?? 1),
@@ -327,7 +328,9 @@ export class Lease implements ExchangeOwner, CancelSignal {
   private errorFor(failure: unknown): GatewayError {
     if (this.clientGone) {
       return new GatewayError(
-        this.ctx.admission.mode === "scheduler" ? "scheduler_client_cancelled" : "admission_client_cancelled",
+        (this.pool?.admission ?? this.ctx.admission).mode === "scheduler"
+          ? "scheduler_client_cancelled"
+          : "admission_client_cancelled",
       );
     }
     if (this.preempted && !this.res.headersSent) {
@@ -362,7 +365,7 @@ export class Lease implements ExchangeOwner, CancelSignal {
     let effective = slot?.effectiveClass;
     if (slot === undefined) {
       const priority = this.req.headers["x-smg-priority"];
-      const classes = this.ctx.admission.classify(
+      const classes = (this.pool?.admission ?? this.ctx.admission).classify(
         Array.isArray(priority) ? priority[0] : priority,
         this.tenant,
       );

@@ -3,12 +3,16 @@ import type { Logger } from "pino";
 import type { LoadSheddingOptions } from "../capacity/load-shedding.js";
 import type { PriorityClass } from "../core/class.js";
 import type { Clock } from "../core/clock.js";
-import type { Pricing } from "../core/config.js";
+import type { ClassOverrides, Pricing } from "../core/config.js";
 import type { LegacyLimiterOptions } from "../core/legacy.js";
 import type { LedgerOptions } from "../ledger/writer.js";
+import type { BreakerOptions, PolicyName, RoutingOptions } from "../routing/options.js";
+import type { RoutingPolicyFactory } from "../routing/policy.js";
+import type { StateOptions } from "../state/redis/options.js";
 import type { ClientLimits } from "./client-guard.js";
 
-export type WorkerPolicy = "power_of_two" | "round_robin" | "random";
+/** Worker choice inside a pool (docs/routing.md). */
+export type WorkerPolicy = PolicyName;
 
 export interface WorkerSpec {
   url: string;
@@ -16,6 +20,8 @@ export interface WorkerSpec {
   capacity?: number | undefined;
   /** This worker's own API key, sent as `Authorization: Bearer <key>` (vLLM/SGLang `--api-key`). */
   apiKey?: string | undefined;
+  /** The models it serves; replaces what it reports at `GET /v1/models` (model pools). */
+  models?: string[] | undefined;
 }
 
 export interface ApiKeySpec {
@@ -58,6 +64,16 @@ export interface GatewayOptions {
   host: string;
   port: number;
   policy: WorkerPolicy;
+  /** The policies' knobs (session header, cache-aware thresholds, tree size); defaults: DEFAULT_ROUTING. */
+  routing?: Partial<Omit<RoutingOptions, "policy">> | undefined;
+  /** A policy of the embedder's own (one instance per pool), instead of `policy`. */
+  routingPolicy?: RoutingPolicyFactory | undefined;
+  /**
+   * Per-worker circuit breakers (docs/routing.md). Absent = BREAKER_COUNTING_OFF: no failure count
+   * opens a circuit, only refused connections and health checks (the `sluice` command always passes
+   * its flags, whose defaults are DEFAULT_BREAKER).
+   */
+  breaker?: BreakerOptions | undefined;
   priorityScheduler: {
     enabled: boolean;
     defaultMaxClass: PriorityClass;
@@ -83,6 +99,10 @@ export interface GatewayOptions {
   capacity?: CapacityOptions | undefined;
   /** Shedding at the door (`load_shedding`, `keyed_shedding` in the gateway file); off when absent. */
   shedding?: LoadSheddingOptions | undefined;
+  /** Where a request whose body names no model goes (`default_model`). */
+  defaultModel?: string | undefined;
+  /** Per-pool overrides of the priority YAML's classes, keyed by a model of the pool (`pools`). */
+  pools?: Record<string, ClassOverrides> | undefined;
   /** Client-side timeouts and the connection cap (defaults: DEFAULT_CLIENT_LIMITS). */
   clientLimits?: Partial<ClientLimits> | undefined;
   health: HealthCheckOptions;
@@ -97,6 +117,11 @@ export interface GatewayOptions {
    * writes nothing unless asked; the `sluice` command's default is `duckdb:sluice-ledger.duckdb`.
    */
   ledger?: LedgerOptions | undefined;
+  /**
+   * Shared state (`--state-url`, docs/replicas.md): several replicas admit as one through Redis.
+   * Absent = admission and budgets in process.
+   */
+  state?: StateOptions | undefined;
   logger: Logger;
   clock?: Clock | undefined;
 }

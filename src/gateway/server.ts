@@ -5,20 +5,30 @@
  */
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from "node:http";
 import type { AddressInfo } from "node:net";
+import type { Logger } from "pino";
 import { AdaptiveCapacity } from "../capacity/adaptive.js";
-import { DiscoveredCapacity } from "../capacity/discovered.js";
 import { LoadShedding } from "../capacity/load-shedding.js";
 import { PinnableCapacity } from "../capacity/pinned.js";
 import { BudgetBook } from "../core/budgets.js";
+import { CLASSES_HIGH_TO_LOW } from "../core/class.js";
 import { realClock } from "../core/clock.js";
-import type { SchedulerFileSettings } from "../core/config.js";
+import type {
+  ClassOverrides,
+  ClassSettingsTable,
+  SchedulerFileSettings,
+  TenantPolicy,
+} from "../core/config.js";
 import { ConfigError } from "../core/errors.js";
+import { Dashboard } from "../dashboard/dashboard.js";
 import { startLedger } from "../ledger/index.js";
 import type { LedgerWriter } from "../ledger/writer.js";
 import { registerCapacityMetrics } from "../metrics/capacity.js";
 import { createMetrics, type SluiceMetrics } from "../metrics/index.js";
+import { registerPoolMetrics } from "../metrics/pools.js";
+import { registerRoutingMetrics } from "../metrics/routing.js";
 import type { AdmissionBackend } from "../state/backend.js";
-import { createInProcessBackend } from "../state/in-process.js";
+import { createInProcessBackend, type InProcessOptions } from "../state/in-process.js";
+import { startSharedState } from "../state/redis/index.js";
 import { type AdminServer, startAdminServer } from "./admin.js";
 import {
   type ClientLimits,
@@ -28,13 +38,16 @@ import {
   serverTimeouts,
 } from "./client-guard.js";
 import { DEFAULT_MAX_COST_TOKENS } from "./cost.js";
-import { GatewayError, sendError, sendJson } from "./http-errors.js";
+import { FleetAdmission } from "./fleet-admission.js";
+import { FleetCapacity } from "./fleet-capacity.js";
+import { GatewayError, sendError, sendJson, toGatewayError } from "./http-errors.js";
 import { Lease, type LeaseContext } from "./lease.js";
 import { type LifecycleContext, runLifecycle } from "./lifecycle.js";
+import { type ModelPool, ModelPools, type PoolFactory } from "./model-pools.js";
 import type { GatewayOptions } from "./options.js";
 import type { OutcomeSink } from "./outcome.js";
 import { loadSchedulerFile } from "./policy-file.js";
-import { pathOf } from "./request-checks.js";
+import { checkRequest, pathOf } from "./request-checks.js";
 import { requestIdFor } from "./request-id.js";
 import { TenantActivity } from "./tenant-activity.js";
 import { TenantResolver } from "./tenants.js";
@@ -43,12 +56,16 @@ import { WorkerPool } from "./workers.js";
 export interface Gateway {
   readonly url: string;
   readonly port: number;
-  readonly admission: AdmissionBackend;
+  /** The fleet's admission: the model pools' backends read as totals. */
+  readonly admission: FleetAdmission;
   readonly workers: WorkerPool;
-  readonly capacity: PinnableCapacity;
-  /** The adaptive capacity source, in `capacity_mode: adaptive`. */
+  /** The model pools: each has its own capacity, admission, adaptive limit and shedding. */
+  readonly pools: ModelPools;
+  /** The fleet's capacity (the pools' sum); pinning it pins the only pool. */
+  readonly capacity: FleetCapacity;
+  /** The adaptive capacity source of the largest pool, in `capacity_mode: adaptive`. */
   readonly adaptive: AdaptiveCapacity | undefined;
-  /** Shedding at the door, when `load_shedding` or `keyed_shedding` is configured. */
+  /** Shedding at the door of the largest pool, when `load_shedding` or `keyed_shedding` is configured. */
   readonly shedding: LoadShedding | undefined;
   readonly metrics: SluiceMetrics;
   readonly budgets: BudgetBook;
@@ -56,6 +73,8 @@ export interface Gateway {
   readonly adminServer: AdminServer | undefined;
   /** The usage ledger's writer, when `options.ledger` names one. */
   readonly ledger: LedgerWriter | undefined;
+  /** The live dashboard behind the admin listener's /dashboard, when `options.admin` was given. */
+  readonly dashboard: Dashboard | undefined;
   /** Re-reads the policy files; a bad file throws and the running policy stays in force. */
   reload(): Promise<{ tenantPolicies: number }>;
   /** The admin status document (also `GET /api/v1/status`). */
@@ -77,9 +96,18 @@ export async function startGateway(options: GatewayOptions, outcomes?: OutcomeSi
   const fallbackCapacity =
     options.legacy.maxConcurrentRequests > 0 ? options.legacy.maxConcurrentRequests : 1024;
 
+  // Worker choice and circuits: read at scrape time from the pool (`workers` is set by then).
+  const routingObserver = registerRoutingMetrics(metrics.registry, {
+    circuits: () => workers.workers.map((w) => ({ worker: w.url, state: w.breaker.state })),
+    treeChars: () => workers.routingTreeChars,
+  });
   const workers = new WorkerPool({
     workers: options.workers,
     policy: options.policy,
+    routing: options.routing,
+    routingPolicy: options.routingPolicy,
+    routingObserver,
+    breaker: options.breaker,
     health: options.health,
     fallbackCapacity,
     logger,
@@ -87,83 +115,170 @@ export async function startGateway(options: GatewayOptions, outcomes?: OutcomeSi
     apiKey: options.workerApiKey,
     clock,
   });
-  const discovered = new DiscoveredCapacity(workers);
 
   // The admission mode is decided after the first discovery, on the capacity it found.
   let policyFile: SchedulerFileSettings | undefined;
   let loadError: string | undefined;
-  let admission: AdmissionBackend;
-  let adaptive: AdaptiveCapacity | undefined;
-  let capacity: PinnableCapacity;
-  let shedding: LoadShedding | undefined;
   try {
     await workers.discover();
-    // Adaptive capacity cold-starts from what discovery found; a pin still wins over it.
-    const capacityOptions = options.capacity;
-    if (capacityOptions?.mode === "adaptive") {
-      adaptive = new AdaptiveCapacity(
-        discovered,
-        {
-          minCapacity: capacityOptions.minCapacity,
-          maxCapacity: capacityOptions.maxCapacity,
-          tpotSloMs: capacityOptions.tpotSloMs,
-          ttftSloMs: capacityOptions.ttftSloMs,
-        },
-        clock,
-        (bound, limit, wanted) =>
-          logger.warn({ bound, limit, wanted }, `adaptive capacity held at its ${bound} bound (${limit})`),
-      );
-    }
-    capacity = new PinnableCapacity(adaptive ?? discovered);
-    if (options.shedding !== undefined) {
-      const candidate = new LoadShedding(options.shedding, clock);
-      if (candidate.enabled) shedding = candidate;
-    }
     try {
       policyFile = await loadSchedulerFile(options.priorityScheduler.configPath);
     } catch (err) {
       loadError = (err as Error).message;
     }
-    admission = createInProcessBackend({
-      enabled: options.priorityScheduler.enabled,
-      defaultMaxClass: options.priorityScheduler.defaultMaxClass,
-      classes: policyFile?.classes ?? {},
-      tenantPolicies: policyFile?.tenantPolicies ?? new Map(),
-      loadError,
-      capacity: capacity.capacity,
-      legacy: options.legacy,
-      observer: metrics.observer,
-      clock,
-      logger,
-    });
   } catch (err) {
     // A start that fails must not leave the worker pools behind.
     await workers.close();
     throw err;
   }
-  const active = admission;
-  if (shedding !== undefined && active.mode !== "scheduler") {
-    logger.warn("load shedding needs the priority scheduler; it is off while admission is legacy");
-    shedding = undefined;
-  }
-  workers.respectCapacity = active.mode === "scheduler";
-  let lastCapacity = capacity.capacity;
-  capacity.subscribe((c) => {
-    logger.info({ capacity: c, previous: lastCapacity, healthy: workers.healthyCount }, "capacity changed");
-    lastCapacity = c;
-    active.setCapacity(c);
-  });
+  let tenantPolicies: ReadonlyMap<string, TenantPolicy> = policyFile?.tenantPolicies ?? new Map();
+  const defaultMaxClass = options.priorityScheduler.defaultMaxClass;
+  // Shared state (--state-url): the replicas admit as one, and share budgets, through Redis
+  // (docs/replicas.md). Redis not answering yet is the fail mode's business, not a start failure.
+  const shared =
+    options.state === undefined
+      ? undefined
+      : await startSharedState({
+          state: options.state,
+          tenantPolicies,
+          pricing: options.pricing ?? {},
+          clock,
+          logger,
+          registry: metrics.registry,
+          onBudgetRejection: (tenant, code) => metrics.countBudgetRejection(tenant, code),
+        });
+  // Scheduler disabled, or its file failed to load: one legacy limiter for the whole fleet (the
+  // contract's legacy admission); model pools then only route.
+  const sharedLegacy =
+    !options.priorityScheduler.enabled || loadError !== undefined
+      ? (shared?.legacy ?? createInProcessBackend)({
+          enabled: options.priorityScheduler.enabled,
+          defaultMaxClass,
+          classes: {},
+          tenantPolicies,
+          loadError,
+          capacity: workers.discoveredCapacity,
+          legacy: options.legacy,
+          observer: metrics.observer,
+          clock,
+          logger,
+        })
+      : undefined;
+  if (sharedLegacy === undefined) logger.info("priority scheduler enabled");
+  workers.respectCapacity = sharedLegacy === undefined;
+
+  /** One model pool's parts: its own capacity, admission, adaptive limit and shedding. */
+  const createPool: PoolFactory = (name, models, group, discovered) => {
+    const poolLogger = logger.child({ pool: name });
+    const capacityOptions = options.capacity;
+    // Adaptive capacity cold-starts from what discovery found; a pin still wins over it.
+    const adaptive =
+      capacityOptions?.mode === "adaptive"
+        ? new AdaptiveCapacity(
+            discovered,
+            {
+              minCapacity: capacityOptions.minCapacity,
+              maxCapacity: capacityOptions.maxCapacity,
+              tpotSloMs: capacityOptions.tpotSloMs,
+              ttftSloMs: capacityOptions.ttftSloMs,
+            },
+            clock,
+            (bound, limit, wanted) =>
+              poolLogger.warn(
+                { bound, limit, wanted },
+                `adaptive capacity held at its ${bound} bound (${limit})`,
+              ),
+          )
+        : undefined;
+    const capacity = new PinnableCapacity(adaptive ?? discovered);
+    let admission = sharedLegacy;
+    if (admission === undefined) {
+      // The startup check (reservations fit) runs on a real capacity: a pool that has no healthy
+      // worker yet is checked against the fallback, then set to what it has.
+      const classes = poolClasses(policyFile!.classes, models, options.pools, poolLogger);
+      const create =
+        shared === undefined
+          ? createInProcessBackend
+          : (o: InProcessOptions) => shared.backend({ ...o, pool: name });
+      admission = create({
+        enabled: true,
+        defaultMaxClass,
+        classes,
+        tenantPolicies,
+        capacity: capacity.capacity > 0 ? capacity.capacity : fallbackCapacity,
+        legacy: options.legacy,
+        observer: metrics.observer,
+        clock,
+        logger: poolLogger,
+        quiet: true,
+      });
+      if (capacity.capacity !== admission.snapshot().capacity) admission.setCapacity(capacity.capacity);
+    }
+    const backend = admission;
+    let shedding: LoadShedding | undefined;
+    if (options.shedding !== undefined) {
+      const candidate = new LoadShedding(options.shedding, clock);
+      if (candidate.enabled && backend.mode === "scheduler") shedding = candidate;
+      else if (candidate.enabled) {
+        poolLogger.warn("load shedding needs the priority scheduler; it is off while admission is legacy");
+      }
+    }
+    let last = capacity.capacity;
+    capacity.subscribe((c) => {
+      poolLogger.info({ capacity: c, previous: last, healthy: group.healthy.length }, "capacity changed");
+      last = c;
+      // The fleet-wide legacy limiter keeps the fleet's capacity for its snapshot.
+      if (backend !== sharedLegacy) backend.setCapacity(c);
+      else sharedLegacy.setCapacity(fleetCapacity());
+    });
+    adaptive?.start();
+    shedding?.start();
+    return {
+      name,
+      models: [],
+      workers: group,
+      admission: backend,
+      sharedAdmission: backend === sharedLegacy,
+      capacity,
+      adaptive,
+      shedding,
+      stop() {
+        adaptive?.stop();
+        shedding?.stop();
+      },
+    };
+  };
+  const pools = new ModelPools(workers, createPool, logger, options.defaultModel);
+  const fleetCapacity = () => pools.all.reduce((sum, p) => sum + p.capacity.capacity, 0);
+  pools.refresh();
+  workers.onChange(() => pools.refresh());
+  const backends = (): AdmissionBackend[] =>
+    sharedLegacy !== undefined ? [sharedLegacy] : pools.all.map((p) => p.admission);
+  const active = new FleetAdmission(
+    backends,
+    sharedLegacy?.mode ?? "scheduler",
+    sharedLegacy?.fallbackReason,
+  );
+  const capacity = new FleetCapacity(() => pools.all);
+  // The fleet-wide views of adaptive capacity and shedding read the pool with the most capacity
+  // (the only one, in a single-model fleet); per pool figures are in the admin status.
+  const mainPool = (): ModelPool | undefined => {
+    let best: ModelPool | undefined;
+    for (const p of pools.all)
+      if (best === undefined || p.capacity.capacity > best.capacity.capacity) best = p;
+    return best;
+  };
   workers.start();
-  adaptive?.start();
-  shedding?.start();
 
   // Tenant limits come from the same YAML as the scheduler's tenant policies; they apply in both
   // admission modes. A file the scheduler rejected was already logged; budgets then start empty.
-  const budgets = new BudgetBook({
-    policies: policyFile?.tenantPolicies ?? new Map(),
-    pricing: options.pricing ?? {},
-    clock,
-  });
+  const budgets =
+    shared?.budgets ??
+    new BudgetBook({
+      policies: tenantPolicies,
+      pricing: options.pricing ?? {},
+      clock,
+    });
   metrics.bindBudgetRemaining(() =>
     budgets
       .tenants()
@@ -173,19 +288,20 @@ export async function startGateway(options: GatewayOptions, outcomes?: OutcomeSi
     const snapshot = active.snapshot();
     return snapshot.classes === null ? undefined : { ...snapshot, classes: snapshot.classes };
   });
-  metrics.bindCapacity(() => capacity.capacity);
+  metrics.bindCapacity(() => shared?.fleetCapacity() ?? capacity.capacity);
   metrics.bindAdmissionMode(() => active.mode);
   metrics.bindWorkersHealthy(() => workers.healthyCount);
+  registerPoolMetrics(metrics.registry, () => pools.all);
   const capacityMetrics = registerCapacityMetrics(metrics.registry, {
-    limit: () => adaptive?.capacity ?? capacity.capacity,
-    adaptive: () => adaptive?.controller.snapshot(),
-    adjustments: () => adaptive?.adjustments,
-    shedding: () => shedding?.status(),
+    limit: () => capacity.capacity,
+    adaptive: () => mainPool()?.adaptive?.controller.snapshot(),
+    adjustments: () => mainPool()?.adaptive?.adjustments,
+    shedding: () => mainPool()?.shedding?.status(),
   });
 
   const limits: ClientLimits = { ...DEFAULT_CLIENT_LIMITS, ...options.clientLimits };
   const lifecycle: LifecycleContext = {
-    admission: active,
+    pools,
     workers,
     budgets,
     metrics,
@@ -196,22 +312,42 @@ export async function startGateway(options: GatewayOptions, outcomes?: OutcomeSi
     upstreamTimeoutMs: options.requestTimeoutSecs * 1000,
     // The cost ceiling: configured, else the largest context a worker reports, else a constant.
     maxCostTokens: () => options.maxCostTokens ?? workers.contextLength ?? DEFAULT_MAX_COST_TOKENS,
-    shedding,
     capacityMetrics,
-    feedback: adaptive,
   };
   // The ledger is one more outcome sink; its rows are written in the background (docs/ledger.md).
   const ledger = startLedger(options.ledger, logger, metrics.registry);
+  // The live dashboard (docs/dashboard.md), on the admin listener; its latest rejections come from
+  // the outcome records.
+  const dashboard =
+    options.admin === undefined
+      ? undefined
+      : new Dashboard(
+          metrics.registry,
+          {
+            admission: active,
+            capacity,
+            workers,
+            get adaptive() {
+              return mainPool()?.adaptive;
+            },
+            get shedding() {
+              return mainPool()?.shedding;
+            },
+            activity,
+            budgets,
+            policies: () => tenantPolicies,
+            ledger,
+          },
+          { logger },
+        );
   const leases: LeaseContext = {
     admission: active,
     workers,
     budgets,
     metrics,
     activity,
-    outcomes: ledger === undefined ? outcomes : bothSinks(outcomes, ledger),
+    outcomes: bothSinks(bothSinks(outcomes, ledger), dashboard?.outcomes),
     logger,
-    feedback: adaptive,
-    shedding,
   };
 
   // Requests on the lifecycle that have not finished, for the drain on SIGTERM.
@@ -237,7 +373,7 @@ export async function startGateway(options: GatewayOptions, outcomes?: OutcomeSi
       // The gateway's own paths read no body: one sent anyway is not read, so close after the
       // answer (its framing may be broken, and a second answer must never follow).
       if (
-        (path === "/metrics" || path === "/health" || path === "/readiness") &&
+        (path === "/metrics" || path === "/health" || path === "/readiness" || path === "/v1/models") &&
         (req.headers["transfer-encoding"] !== undefined ||
           (req.headers["content-length"] !== undefined && req.headers["content-length"] !== "0"))
       ) {
@@ -245,6 +381,10 @@ export async function startGateway(options: GatewayOptions, outcomes?: OutcomeSi
       }
       if (path === "/metrics") {
         void serveMetrics(res, requestId);
+        return;
+      }
+      if (path === "/v1/models") {
+        serveModels(req, res, requestId);
         return;
       }
       if (path === "/health") {
@@ -294,6 +434,24 @@ export async function startGateway(options: GatewayOptions, outcomes?: OutcomeSi
       logger.warn({ requests: open }, `drain timed out after ${ms} ms: cutting the requests still running`);
   }
 
+  /**
+   * `GET /v1/models`: the union of the pools' models, in OpenAI's list shape; authenticated like
+   * any data-plane request, and only the models the tenant's allowlist lets it use.
+   */
+  function serveModels(req: IncomingMessage, res: ServerResponse, requestId: string): void {
+    try {
+      checkRequest(req);
+      const tenant = tenants.resolve(req.headers);
+      const allowed = tenantPolicies.get(tenant)?.models;
+      const data = pools.servedModels
+        .filter((id) => allowed === undefined || allowed.includes(id))
+        .map((id) => ({ id, object: "model", created: 0, owned_by: "sluice" }));
+      sendJson(res, 200, { object: "list", data }, { "x-request-id": requestId });
+    } catch (err) {
+      sendError(res, toGatewayError(err), { "x-request-id": requestId });
+    }
+  }
+
   async function serveMetrics(res: ServerResponse, requestId: string): Promise<void> {
     try {
       const text = await metrics.metricsText();
@@ -323,6 +481,7 @@ export async function startGateway(options: GatewayOptions, outcomes?: OutcomeSi
     // Listening failed (port in use, bad host): stop the health checks, close the worker pools.
     await workers.close();
     await ledger?.close();
+    await shared?.close();
     throw err;
   }
   const port = (server.address() as AddressInfo).port;
@@ -343,8 +502,9 @@ export async function startGateway(options: GatewayOptions, outcomes?: OutcomeSi
     });
     const gatewayFile = options.reloadGatewayConfig?.();
     const resolver = gatewayFile ? new TenantResolver({ ...options, apiKeys: gatewayFile.apiKeys }) : tenants;
-    active.setTenantPolicies(file.tenantPolicies, options.priorityScheduler.defaultMaxClass);
+    active.setTenantPolicies(file.tenantPolicies, defaultMaxClass);
     budgets.setPolicies(file.tenantPolicies, gatewayFile?.pricing ?? options.pricing ?? {});
+    tenantPolicies = file.tenantPolicies;
     tenants = resolver;
     logger.info({ tenantPolicies: file.tenantPolicies.size }, "policy reloaded");
     return { tenantPolicies: file.tenantPolicies.size };
@@ -367,17 +527,44 @@ export async function startGateway(options: GatewayOptions, outcomes?: OutcomeSi
       healthy_workers: workers.healthyCount,
       workers: workers.workers.map((w) => ({
         url: w.url,
-        healthy: w.healthy,
+        // Routable: passing its health checks and its circuit not open (the two never disagree).
+        healthy: w.routable,
+        circuit: w.breaker.state,
         capacity: w.capacity,
         inflight: w.inflight,
+        models: w.served.kind === "models" ? w.served.models : w.served.kind,
+        pool: w.group?.name ?? null,
       })),
       inflight: snapshot.inflight,
       queued: snapshot.queued,
       classes: snapshot.classes,
       tenants: perTenant,
-      capacity_mode: adaptive === undefined ? "static" : "adaptive",
-      adaptive: adaptive?.snapshot() ?? null,
-      shedding: shedding?.status() ?? null,
+      capacity_mode: options.capacity?.mode === "adaptive" ? "adaptive" : "static",
+      adaptive: mainPool()?.adaptive?.snapshot() ?? null,
+      shedding: mainPool()?.shedding?.status() ?? null,
+      default_model: options.defaultModel ?? null,
+      pools: Object.fromEntries(pools.all.map((p) => [p.name, poolStatus(p)])),
+      ledger: ledger?.status() ?? null,
+      ...shared?.statusFields(),
+    };
+  }
+
+  function poolStatus(p: ModelPool): Record<string, unknown> {
+    const snap = p.admission.snapshot();
+    return {
+      models: p.models,
+      workers: p.workers.members.map((w) => w.url),
+      healthy_workers: p.workers.healthy.length,
+      capacity: p.capacity.capacity,
+      discovered_capacity: p.capacity.underlying,
+      pinned_capacity: p.capacity.pinned ?? null,
+      admission_mode: p.admission.mode,
+      fallback_reason: p.admission.fallbackReason ?? null,
+      inflight: p.sharedAdmission ? p.workers.members.reduce((n, w) => n + w.inflight, 0) : snap.inflight,
+      queued: p.sharedAdmission ? null : snap.queued,
+      classes: p.sharedAdmission ? null : snap.classes,
+      adaptive: p.adaptive?.snapshot() ?? null,
+      shedding: p.shedding?.status() ?? null,
     };
   }
 
@@ -387,28 +574,61 @@ export async function startGateway(options: GatewayOptions, outcomes?: OutcomeSi
       adminServer = await startAdminServer({
         ...options.admin,
         handlers: {
-          pinCapacity(pin) {
-            capacity.setPin(pin);
-            logger.info({ pinned: pin ?? null, capacity: capacity.capacity }, "capacity set by admin API");
-            return { capacity: capacity.capacity, pinned: capacity.pinned };
+          pinCapacity(pin, model) {
+            // With a model: that model's pool. Without: the only pool (400 when there are several).
+            const pool = model === undefined ? undefined : pools.find(model);
+            if (model !== undefined && pool === undefined) {
+              throw new GatewayError("model_not_found", `no model pool serves "${model}"`, {
+                param: "model",
+              });
+            }
+            // Shared state: the pin goes to Redis and applies to every replica (docs/replicas.md).
+            const pinned = shared?.redisBackend((pool ?? pools.all[0])?.name ?? "");
+            if (pinned !== undefined && (pool !== undefined || pools.all.length === 1)) {
+              const result = pinned.pinCapacity(pin);
+              logger.info({ pool: pinned.pool, pinned: pin ?? null }, "fleet capacity set by admin API");
+              return {
+                model: pinned.pool,
+                ...result,
+                fleet_capacity: shared!.fleetCapacity(),
+              };
+            }
+            if (pool === undefined) {
+              try {
+                capacity.setPin(pin);
+              } catch (err) {
+                throw new GatewayError("invalid_capacity", (err as Error).message, { param: "model" });
+              }
+            } else pool.capacity.setPin(pin);
+            const target = pool ?? pools.all[0]!;
+            logger.info(
+              { pool: target.name, pinned: pin ?? null, capacity: target.capacity.capacity },
+              "capacity set by admin API",
+            );
+            // The contract's shape, plus the pool when the call named a model.
+            const answer = { capacity: target.capacity.capacity, pinned: target.capacity.pinned };
+            return model === undefined ? answer : { model: target.name, ...answer };
           },
           status,
           reload,
+          dashboard,
         },
       });
     } catch (err) {
       // The admin listener failed: close the data-plane listener and the worker pools too.
+      dashboard?.close();
       await new Promise<void>((resolve) => {
         server.close(() => resolve());
         server.closeAllConnections();
       });
-      adaptive?.stop();
-      shedding?.stop();
+      pools.stop();
       await workers.close();
       await ledger?.close();
+      await shared?.close();
       throw err;
     }
     logger.info({ url: adminServer.url }, "admin API listening");
+    dashboard?.start();
   }
 
   return {
@@ -416,19 +636,26 @@ export async function startGateway(options: GatewayOptions, outcomes?: OutcomeSi
     port,
     admission: active,
     workers,
+    pools,
     capacity,
-    adaptive,
-    shedding,
+    get adaptive() {
+      return mainPool()?.adaptive;
+    },
+    get shedding() {
+      return mainPool()?.shedding;
+    },
     metrics,
     budgets,
     adminServer,
     ledger,
+    dashboard,
     reload,
     status,
     async close(closeOptions) {
       if (closeOptions?.drainMs !== undefined && closeOptions.drainMs > 0) await drain(closeOptions.drainMs);
-      adaptive?.stop();
-      shedding?.stop();
+      pools.stop();
+      // The dashboard's streams end before the admin listener closes under them.
+      dashboard?.close();
       await adminServer?.close();
       await new Promise<void>((resolve) => {
         server.close(() => resolve());
@@ -437,16 +664,47 @@ export async function startGateway(options: GatewayOptions, outcomes?: OutcomeSi
       await workers.close();
       // Last: the requests the close cut short have settled and recorded their outcomes by now.
       await ledger?.close();
+      // After the releases of those requests went out.
+      await shared?.close();
     },
   };
 }
 
-function bothSinks(first: OutcomeSink | undefined, second: OutcomeSink): OutcomeSink {
+function bothSinks(first: OutcomeSink | undefined, second: OutcomeSink | undefined): OutcomeSink | undefined {
   if (first === undefined) return second;
+  if (second === undefined) return first;
   return {
     record(outcome) {
       first.record(outcome);
       second.record(outcome);
     },
   };
+}
+
+/**
+ * A pool's classes: the priority YAML's, with the gateway YAML's `pools.<model>.classes` on top
+ * (per class, per key). Keyed by any model of the pool; if several of its models have an entry,
+ * the alphabetically first wins and the others are logged.
+ */
+function poolClasses(
+  base: ClassSettingsTable,
+  models: readonly string[],
+  overrides: Record<string, ClassOverrides> | undefined,
+  logger: Logger,
+): ClassSettingsTable {
+  const keyed = models.filter((m) => overrides?.[m] !== undefined);
+  if (keyed.length === 0) return base;
+  if (keyed.length > 1) {
+    logger.warn(
+      { models: keyed, used: keyed[0] },
+      `several models of one pool have a pools entry; using pools.${keyed[0]}`,
+    );
+  }
+  const override = overrides![keyed[0]!]!;
+  const out = { ...base };
+  for (const cls of CLASSES_HIGH_TO_LOW) {
+    const block = override[cls];
+    if (block !== undefined && block !== null) out[cls] = { ...base[cls], ...block };
+  }
+  return out;
 }

@@ -1,11 +1,14 @@
 /**
  * The upstream workers: one undici connection pool each, periodic health checks, capacity
- * discovery (SGLang `GET /get_server_info` -> `max_running_requests`), and the choice of a worker
- * for each request (`power_of_two`, `round_robin`, `random`) among those with room.
+ * discovery (SGLang `GET /get_server_info` -> `max_running_requests`), a circuit breaker each
+ * (src/routing/circuit-breaker.ts), and the choice of a worker for each request among those with
+ * room, by the group's routing policy (src/routing, one instance per group).
  *
  * Capacity = sum over healthy workers of (configured capacity, else reported
  * max_running_requests, else 64); with no healthy worker, the fallback capacity. A reported
- * capacity that is not an integer in 1..MAX_REPORTED_CAPACITY is not believed.
+ * capacity that is not an integer in 1..MAX_REPORTED_CAPACITY is not believed. "Healthy" means
+ * routable: passing its health checks and its circuit not open; a half-open circuit contributes
+ * only its trial requests.
  *
  * A worker is never sent more requests than its capacity (when `respectCapacity`): a request whose
  * slot passed to it from a preempted or cancelled one waits, briefly, until that one's upstream
@@ -15,7 +18,23 @@ import type { Logger } from "pino";
 import { Pool } from "undici";
 import { type Clock, realClock, type TimerHandle } from "../core/clock.js";
 import type { CancelSignal } from "../core/signal.js";
+import { CircuitBreaker } from "../routing/circuit-breaker.js";
+import { createRoutingPolicy } from "../routing/create.js";
+import {
+  BREAKER_COUNTING_OFF,
+  type BreakerOptions,
+  DEFAULT_ROUTING,
+  type RoutingOptions,
+} from "../routing/options.js";
+import {
+  NO_ROUTING_OBSERVER,
+  type RoutingObserver,
+  type RoutingPolicy,
+  type RoutingPolicyFactory,
+  type RoutingRequest,
+} from "../routing/policy.js";
 import type { HealthCheckOptions, WorkerPolicy, WorkerSpec } from "./options.js";
+import type { ServedModels } from "./pool-formation.js";
 
 export const UNREPORTED_WORKER_CAPACITY = 64;
 /** A worker reporting more running requests than this is lying or misconfigured. */
@@ -30,15 +49,26 @@ export class Worker {
   contextLength: number | undefined;
   /** `Authorization` value sent to this worker (its own API key), if any. */
   readonly authorization: string | undefined;
+  /** The models it serves: configured (wins), else learned from `GET /v1/models`. */
+  served: ServedModels;
+  readonly configuredModels: boolean;
+  /** The group (model pool) the worker is in now; undefined while it is in none. */
+  group: WorkerGroup | undefined;
   healthy = false;
-  /** Requests this gateway has in flight on the worker (for power-of-two choice). */
+  /** Requests this gateway has in flight on the worker (the load routing policies balance). */
   inflight = 0;
   private failures = 0;
   private successes = 0;
 
   private readonly connectTimeoutMs: number;
 
-  constructor(spec: WorkerSpec, connectTimeoutMs: number, defaultApiKey: string | undefined) {
+  constructor(
+    spec: WorkerSpec,
+    connectTimeoutMs: number,
+    defaultApiKey: string | undefined,
+    /** Opened by failed requests, refused connections and failed health checks. */
+    readonly breaker: CircuitBreaker,
+  ) {
     const url = new URL(spec.url);
     if (url.protocol !== "http:" && url.protocol !== "https:") {
       throw new Error(`worker url ${spec.url}: only http and https are supported`);
@@ -48,6 +78,8 @@ export class Worker {
     const key = spec.apiKey ?? defaultApiKey;
     this.authorization = key !== undefined ? `Bearer ${key}` : undefined;
     this.connectTimeoutMs = connectTimeoutMs;
+    this.configuredModels = spec.models !== undefined && spec.models.length > 0;
+    this.served = this.configuredModels ? { kind: "models", models: [...spec.models!] } : { kind: "unknown" };
     this.pool = this.newPool();
   }
 
@@ -75,9 +107,20 @@ export class Worker {
     return this.configuredCapacity ?? this.reportedCapacity ?? UNREPORTED_WORKER_CAPACITY;
   }
 
-  markUnhealthy(): void {
-    this.healthy = false;
-    this.successes = 0;
+  /** Requests may go to it: it passes its health checks and its circuit is not open. */
+  get routable(): boolean {
+    return this.healthy && this.breaker.state !== "open";
+  }
+
+  /** Its share of the pool's capacity: all of it, its trial requests when half-open, none when open. */
+  get availableCapacity(): number {
+    return this.breaker.capacityOf(this.capacity);
+  }
+
+  /** It can take one more request: its circuit admits one, and (when `bounded`) it is under capacity. */
+  hasRoom(bounded: boolean): boolean {
+    if (!this.breaker.admits(this.inflight)) return false;
+    return !bounded || this.inflight < this.capacity;
   }
 
   /** Records one health probe; returns true when the worker's health flipped. */
@@ -107,6 +150,64 @@ export class Worker {
   }
 }
 
+/**
+ * The workers of one model pool, and what choosing among them needs: the healthy ones, the
+ * routing policy (one instance per group, made on first use), and the requests waiting for one
+ * with room. A fleet without model pools has one group holding every worker.
+ */
+export class WorkerGroup {
+  /** The model pool's name ("" for the group of every worker). */
+  name = "";
+  members: Worker[] = [];
+  healthy: Worker[] = [];
+  policy: RoutingPolicy<Worker> | undefined;
+  /** Requests waiting for a worker of this group with room (FIFO). */
+  readonly roomWaiters: Array<() => void> = [];
+
+  /** Sets the members (the worker's `group` follows) and recomputes the healthy ones. */
+  setMembers(members: Worker[]): void {
+    for (const w of this.members) if (w.group === this) w.group = undefined;
+    this.members = members;
+    for (const w of members) w.group = this;
+    this.refreshHealthy();
+  }
+
+  /** Recomputes the healthy (routable) members; the policy forgets those that left. */
+  /**
+   * The healthy workers that serve `model`. Usually all of them; only a pool whose workers serve
+   * different model lists (a base model on two workers, an adapter on one) filters.
+   */
+  healthyFor(model: string | undefined): Worker[] {
+    if (model === undefined || !this.mixed) return this.healthy;
+    return this.healthy.filter((w) => w.served.kind !== "models" || w.served.models.includes(model));
+  }
+
+  /** Members serve different model lists (so a request's model narrows the choice). */
+  private mixed = false;
+
+  refreshHealthy(): void {
+    const before = this.healthy;
+    this.healthy = this.members.filter((w) => w.routable);
+    const first = this.members[0]?.served;
+    this.mixed = this.members.some((w) => !sameServed(w.served, first!));
+    const policy = this.policy;
+    if (policy !== undefined)
+      for (const w of before) if (!this.healthy.includes(w)) policy.onWorkerRemoved(w);
+  }
+
+  /** Sum of the healthy members' capacity (half-open ones: their trials); 0 when none is healthy. */
+  get capacity(): number {
+    let sum = 0;
+    for (const w of this.healthy) sum += w.availableCapacity;
+    return sum;
+  }
+
+  /** Wakes every waiter (each re-checks for room): used when the group closes or changes. */
+  wakeAll(): void {
+    for (const wake of this.roomWaiters.splice(0)) wake();
+  }
+}
+
 export interface WorkerPoolOptions {
   workers: WorkerSpec[];
   policy: WorkerPolicy;
@@ -120,23 +221,34 @@ export interface WorkerPoolOptions {
   apiKey?: string | undefined;
   /** Drives the health-check loop (the gateway's clock, so a test clock drives probes too). */
   clock?: Clock;
+  /** The policies' knobs (defaults: DEFAULT_ROUTING); the policy itself is `policy`. */
+  routing?: Partial<Omit<RoutingOptions, "policy">> | undefined;
+  /** A policy of the embedder's own, one per group, instead of `policy`. */
+  routingPolicy?: RoutingPolicyFactory | undefined;
+  /** Where policies count their choices. */
+  routingObserver?: RoutingObserver | undefined;
+  /** Circuit breakers (default: BREAKER_COUNTING_OFF, only refused connections and health checks open). */
+  breaker?: BreakerOptions | undefined;
 }
 
 /** How long a request waits for a worker with room before it is sent to the least loaded one. */
 const ROOM_WAIT_MS = 5000;
 
+/** What a caller that has no request to describe routes with: no prompt, no headers. */
+const NO_REQUEST: RoutingRequest = { json: undefined, promptText: () => "", header: () => undefined };
+
 export class WorkerPool {
   readonly workers: Worker[];
+  /** Every worker as one group: the choice when a request names no model pool. */
+  readonly all = new WorkerGroup();
   private readonly options: WorkerPoolOptions;
-  private healthy: Worker[] = [];
-  private rr = 0;
   private readonly clock: Clock;
   private timer: TimerHandle | undefined;
   private started = false;
   private readonly changeListeners: Array<() => void> = [];
   private closed = false;
-  /** Requests waiting for a worker with room (FIFO). */
-  private readonly roomWaiters: Array<() => void> = [];
+  /** Timers that re-check an open circuit when its cooldown ends (capacity comes back half-open). */
+  private readonly cooldowns = new Map<Worker, TimerHandle>();
   /**
    * Never send a worker more than its capacity. On in the priority scheduler's mode, whose
    * admission is bounded by the capacity sum; legacy admission has its own limit.
@@ -147,7 +259,11 @@ export class WorkerPool {
     this.options = options;
     this.clock = options.clock ?? realClock;
     const connectMs = (options.connectTimeoutSecs ?? 10) * 1000;
-    this.workers = options.workers.map((spec) => new Worker(spec, connectMs, options.apiKey));
+    const breaker = options.breaker ?? BREAKER_COUNTING_OFF;
+    this.workers = options.workers.map(
+      (spec) => new Worker(spec, connectMs, options.apiKey, new CircuitBreaker(breaker, this.clock)),
+    );
+    this.all.members = this.workers;
   }
 
   /** First discovery: probe every worker once, so the admission mode is decided on real capacity. */
@@ -177,20 +293,18 @@ export class WorkerPool {
   }
 
   get discoveredCapacity(): number {
-    if (this.healthy.length === 0) return this.options.fallbackCapacity;
-    let sum = 0;
-    for (const w of this.healthy) sum += w.capacity;
-    return sum;
+    if (this.all.healthy.length === 0) return this.options.fallbackCapacity;
+    return this.all.capacity;
   }
 
   get healthyCount(): number {
-    return this.healthy.length;
+    return this.all.healthy.length;
   }
 
   /** Largest context length any healthy worker reports (for the cost ceiling), if any does. */
   get contextLength(): number | undefined {
     let max: number | undefined;
-    for (const w of this.healthy) {
+    for (const w of this.all.healthy) {
       if (w.contextLength !== undefined && (max === undefined || w.contextLength > max))
         max = w.contextLength;
     }
@@ -203,14 +317,19 @@ export class WorkerPool {
    * still closing), waits until one frees, up to ROOM_WAIT_MS, or until `signal` aborts. Returns
    * undefined when no worker is healthy. Give it back with `release`.
    */
-  async acquire(signal: CancelSignal): Promise<Worker | undefined> {
-    const now = this.tryAcquire();
+  async acquire(
+    signal: CancelSignal,
+    group: WorkerGroup = this.all,
+    request: RoutingRequest = NO_REQUEST,
+    model?: string,
+  ): Promise<Worker | undefined> {
+    const now = this.tryAcquire(group, request, model);
     if (now !== null) return now;
-    let worker = this.pick();
+    let worker = this.pick(group, request, model);
     const deadline = performance.now() + ROOM_WAIT_MS;
-    while (worker !== undefined && worker.inflight >= worker.capacity && performance.now() < deadline) {
-      await this.waitForRoom(signal, deadline - performance.now());
-      worker = this.pick();
+    while (worker !== undefined && !worker.hasRoom(this.respectCapacity) && performance.now() < deadline) {
+      await this.waitForRoom(group, signal, deadline - performance.now());
+      worker = this.pick(group, request, model);
     }
     if (worker !== undefined) worker.inflight++;
     return worker;
@@ -220,31 +339,74 @@ export class WorkerPool {
    * Takes a worker at once when one has room (or none is healthy: undefined); null when every
    * healthy worker is full and the caller must wait (`acquire`).
    */
-  tryAcquire(): Worker | undefined | null {
-    const worker = this.pick();
+  tryAcquire(
+    group: WorkerGroup = this.all,
+    request: RoutingRequest = NO_REQUEST,
+    model?: string,
+  ): Worker | undefined | null {
+    const worker = this.pick(group, request, model);
     if (worker === undefined) return undefined;
-    if (this.respectCapacity && worker.inflight >= worker.capacity) return null;
+    if (!worker.hasRoom(this.respectCapacity)) return null;
     worker.inflight++;
     return worker;
   }
 
   release(worker: Worker): void {
     worker.inflight--;
-    if (this.roomWaiters.length > 0) this.roomWaiters.shift()!();
+    const waiters = worker.group?.roomWaiters;
+    if (waiters !== undefined && waiters.length > 0) waiters.shift()!();
+    else if (this.all.roomWaiters.length > 0) this.all.roomWaiters.shift()!();
   }
 
   /**
-   * A worker failed in a way only a dead or unreachable worker does (connection refused): take it
-   * out of rotation at once; the health checks bring it back.
+   * A worker failed in a way only a dead or unreachable worker does (connection refused): its
+   * circuit opens at once; a passing health check (or the cooldown) lets trial requests through.
    */
   reportUnreachable(worker: Worker): void {
-    if (!worker.healthy) return;
-    worker.markUnhealthy();
-    this.options.logger.warn({ worker: worker.url }, "worker unreachable: taken out of rotation");
+    if (worker.breaker.tripUnreachable()) this.circuitChanged(worker);
+  }
+
+  /**
+   * The outcome of one request on `worker`, for its circuit breaker: `ok` false for a failure the
+   * worker caused (reset, timeout, bad response, a 5xx answer). Refused connections go through
+   * `reportUnreachable`; cancels and preemptions are no outcome.
+   */
+  recordOutcome(worker: Worker, ok: boolean): void {
+    if (ok ? worker.breaker.recordSuccess() : worker.breaker.recordFailure()) this.circuitChanged(worker);
+  }
+
+  /** A circuit changed state: log it, re-derive the healthy sets and capacity, arm its cooldown. */
+  private circuitChanged(worker: Worker): void {
+    const { breaker } = worker;
+    const state = breaker.state;
+    const fields = { worker: worker.url, circuit: state, reason: breaker.openReason };
+    if (state === "open")
+      this.options.logger.warn(fields, `circuit open (${breaker.openReason}): worker out of rotation`);
+    else this.options.logger.info(fields, `circuit ${state === "closed" ? "closed" : "half-open"}`);
+    const pending = this.cooldowns.get(worker);
+    if (pending !== undefined) this.clock.clearTimer(pending);
+    this.cooldowns.delete(worker);
+    const endsAt = breaker.cooldownEndsAt;
+    if (endsAt !== undefined && !this.closed) {
+      const timer = this.clock.setTimer(() => {
+        this.cooldowns.delete(worker);
+        if (breaker.state === "half_open") this.circuitChanged(worker);
+      }, endsAt - this.clock.now());
+      this.cooldowns.set(worker, timer);
+    }
     this.refresh();
   }
 
-  private waitForRoom(signal: CancelSignal, ms: number): Promise<void> {
+  /** Characters held by the groups' prefix trees (cache_aware). */
+  get routingTreeChars(): number {
+    const groups = new Set<WorkerGroup>([this.all]);
+    for (const w of this.workers) if (w.group !== undefined) groups.add(w.group);
+    let sum = 0;
+    for (const g of groups) sum += g.policy?.treeChars ?? 0;
+    return sum;
+  }
+
+  private waitForRoom(group: WorkerGroup, signal: CancelSignal, ms: number): Promise<void> {
     return new Promise((resolve, reject) => {
       if (signal.aborted) {
         reject(new Error("cancelled while waiting for a worker"));
@@ -253,8 +415,8 @@ export class WorkerPool {
       const done = () => {
         clearTimeout(timer);
         signal.removeEventListener("abort", onAbort);
-        const i = this.roomWaiters.indexOf(done);
-        if (i !== -1) this.roomWaiters.splice(i, 1);
+        const i = group.roomWaiters.indexOf(done);
+        if (i !== -1) group.roomWaiters.splice(i, 1);
         resolve();
       };
       const onAbort = () => {
@@ -263,47 +425,49 @@ export class WorkerPool {
       };
       const timer = setTimeout(done, Math.max(1, ms));
       signal.addEventListener("abort", onAbort, { once: true });
-      this.roomWaiters.push(done);
+      group.roomWaiters.push(done);
     });
   }
 
   /**
-   * Picks a healthy worker by the configured policy, preferring workers with room; undefined when
-   * none is healthy.
+   * Picks a healthy worker by the group's policy, among those with room when any has room (room:
+   * under capacity with the priority scheduler, and a half-open circuit's trial limit); undefined
+   * when none is healthy.
    */
-  pick(): Worker | undefined {
-    let healthy = this.healthy;
-    if (this.respectCapacity) {
-      let full = 0;
-      for (const w of healthy) if (w.inflight >= w.capacity) full++;
-      if (full > 0 && full < healthy.length) healthy = healthy.filter((w) => w.inflight < w.capacity);
-    }
-    const n = healthy.length;
-    if (n === 0) return undefined;
-    if (n === 1) return healthy[0];
-    switch (this.options.policy) {
-      case "round_robin":
-        this.rr = (this.rr + 1) % n;
-        return healthy[this.rr];
-      case "random":
-        return healthy[Math.floor(Math.random() * n)];
-      default: {
-        // Power of two choices: the less loaded of two distinct random workers.
-        const i = Math.floor(Math.random() * n);
-        let j = Math.floor(Math.random() * (n - 1));
-        if (j >= i) j++;
-        const a = healthy[i]!;
-        const b = healthy[j]!;
-        return a.inflight <= b.inflight ? a : b;
-      }
-    }
+  pick(
+    group: WorkerGroup = this.all,
+    request: RoutingRequest = NO_REQUEST,
+    model?: string,
+  ): Worker | undefined {
+    const healthy = group.healthyFor(model);
+    const bounded = this.respectCapacity;
+    let candidates = healthy;
+    let full = 0;
+    for (const w of healthy) if (!w.hasRoom(bounded)) full++;
+    if (full > 0 && full < healthy.length) candidates = healthy.filter((w) => w.hasRoom(bounded));
+    if (candidates.length === 0) return undefined;
+    group.policy ??= this.newPolicy();
+    return group.policy.choose(candidates, request);
+  }
+
+  /** A policy instance for one group. */
+  private newPolicy(): RoutingPolicy<Worker> {
+    const { routingPolicy, routing, policy, routingObserver } = this.options;
+    if (routingPolicy !== undefined) return routingPolicy<Worker>();
+    return createRoutingPolicy<Worker>(
+      { ...DEFAULT_ROUTING, ...routing, policy },
+      routingObserver ?? NO_ROUTING_OBSERVER,
+    );
   }
 
   async close(): Promise<void> {
     this.closed = true;
     if (this.timer !== undefined) this.clock.clearTimer(this.timer);
     this.timer = undefined;
-    for (const wake of this.roomWaiters.splice(0)) wake();
+    for (const timer of this.cooldowns.values()) this.clock.clearTimer(timer);
+    this.cooldowns.clear();
+    this.all.wakeAll();
+    for (const w of this.workers) w.group?.wakeAll();
     await Promise.all(this.workers.map((w) => w.pool.close().catch(() => w.pool.destroy())));
   }
 
@@ -321,10 +485,14 @@ export class WorkerPool {
     );
     const wasHealthy = worker.healthy;
     const flipped = worker.record(ok, health, first);
-    if (worker.healthy && (first || (flipped && !wasHealthy))) {
-      await this.readCapacity(worker);
-      await this.readContextLength(worker);
-    }
+    // The circuit follows the health checks, so the two never disagree about a worker: out of the
+    // checks = held open; back in (or reachable again after a refused connection) = closed.
+    if (!worker.healthy) {
+      if (worker.breaker.hold()) this.circuitChanged(worker);
+    } else if (ok && worker.breaker.checkPassed(true)) this.circuitChanged(worker);
+    if (worker.healthy && (first || (flipped && !wasHealthy))) await this.readCapacity(worker);
+    // The model list is read every round: a worker may change what it serves without going down.
+    if (worker.healthy) await this.readModels(worker);
     if (flipped && !first) {
       logger.warn(
         { worker: worker.url, healthy: worker.healthy },
@@ -359,22 +527,41 @@ export class WorkerPool {
     }
   }
 
-  /** vLLM reports `max_model_len` per model in /v1/models. */
-  private async readContextLength(worker: Worker): Promise<void> {
-    if (worker.contextLength !== undefined) return;
+  /**
+   * `GET /v1/models`: the models the worker serves (unless configured) and, from vLLM, each one's
+   * `max_model_len`. A worker that answers but lists no model serves any model (the catch-all pool).
+   * A failed read keeps what was known.
+   */
+  private async readModels(worker: Worker): Promise<void> {
+    let data: unknown;
     try {
       const r = await this.get(worker, "/v1/models");
-      if (r.status !== 200) return;
-      const data = (JSON.parse(r.body) as { data?: unknown }).data;
-      if (!Array.isArray(data)) return;
-      for (const model of data) {
-        const len = (model as { max_model_len?: unknown } | null)?.max_model_len;
-        if (typeof len === "number" && Number.isInteger(len) && len > 0) {
-          worker.contextLength = Math.max(worker.contextLength ?? 0, len);
-        }
-      }
+      if (r.status === 200) data = (JSON.parse(r.body) as { data?: unknown }).data;
+      else if (r.status !== 404) return; // a transient failure: keep what was known
     } catch {
-      // No model list: no context length.
+      return;
+    }
+    const ids: string[] = [];
+    let maxLen = 0;
+    if (Array.isArray(data)) {
+      for (const model of data) {
+        const m = model as { id?: unknown; max_model_len?: unknown } | null;
+        if (typeof m?.id === "string" && m.id.length > 0 && m.id.length <= 256 && !ids.includes(m.id)) {
+          ids.push(m.id);
+        }
+        const len = m?.max_model_len;
+        if (typeof len === "number" && Number.isInteger(len) && len > maxLen) maxLen = len;
+      }
+    }
+    if (worker.contextLength === undefined && maxLen > 0) worker.contextLength = maxLen;
+    if (worker.configuredModels) return;
+    const before = worker.served;
+    worker.served = ids.length > 0 ? { kind: "models", models: ids.sort() } : { kind: "any" };
+    if (!sameServed(before, worker.served)) {
+      this.options.logger.info(
+        { worker: worker.url, models: ids.length > 0 ? ids : "any (it lists none)" },
+        "worker models learned",
+      );
     }
   }
 
@@ -393,7 +580,14 @@ export class WorkerPool {
   }
 
   private refresh(): void {
-    this.healthy = this.workers.filter((w) => w.healthy);
+    this.all.refreshHealthy();
+    for (const w of this.workers) w.group?.refreshHealthy();
     for (const listener of this.changeListeners) listener();
   }
+}
+
+function sameServed(a: ServedModels, b: ServedModels): boolean {
+  if (a.kind !== b.kind) return false;
+  if (a.kind !== "models" || b.kind !== "models") return true;
+  return a.models.length === b.models.length && a.models.every((m, i) => m === b.models[i]);
 }

@@ -6,6 +6,7 @@
 import { parentPort, workerData } from "node:worker_threads";
 import { type DuckDBAppender, type DuckDBConnection, DuckDBInstance } from "@duckdb/node-api";
 import type { WorkerReply, WorkerRequest } from "./duckdb.js";
+import { recentUsageFromRows, recentUsageStatements } from "./recent.js";
 import { type LedgerRow, TS_MS, USAGE_COLUMNS } from "./row.js";
 import { dedupInsertSql, retentionStatements, rollupStatements, schemaStatements } from "./sql.js";
 
@@ -117,6 +118,13 @@ async function handle(request: WorkerRequest): Promise<unknown> {
       const rows = await deleted(c, sql.usage);
       await c.run(sql.rollup);
       return rows;
+    }
+    case "recent": {
+      const c = conn();
+      const sql = recentUsageStatements("duckdb", request.sinceMs);
+      const minutes = (await c.runAndReadAll(sql.minutes)).getRows();
+      const tenants = (await c.runAndReadAll(sql.tenants)).getRows();
+      return recentUsageFromRows(request.sinceMs, minutes, tenants);
     }
     case "ping":
       await conn().run("SELECT 1");

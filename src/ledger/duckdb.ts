@@ -6,6 +6,7 @@
  * process still starts and serves; the writer logs why it has no ledger and what to do about it.
  */
 import { Worker } from "node:worker_threads";
+import type { RecentUsage } from "./recent.js";
 import type { LedgerRow } from "./row.js";
 import { type LedgerSink, LedgerUnavailableError } from "./sink.js";
 
@@ -14,6 +15,7 @@ export type WorkerRequest =
   | { id: number; op: "write"; rows: readonly LedgerRow[]; retry: boolean }
   | { id: number; op: "rollup"; minutes: readonly number[] }
   | { id: number; op: "retain"; cutoffMs: number; limit: number }
+  | { id: number; op: "recent"; sinceMs: number }
   | { id: number; op: "ping" }
   | { id: number; op: "close" };
 
@@ -102,6 +104,12 @@ export class DuckDbSink implements LedgerSink {
   async retain(cutoffMs: number, limit: number): Promise<number> {
     await this.ready();
     return (await this.call({ op: "retain", cutoffMs, limit })) as number;
+  }
+
+  /** Read in the thread that holds the file: DuckDB lets one instance open it. */
+  async readRecent(sinceMs: number): Promise<RecentUsage> {
+    await this.ready();
+    return (await this.call({ op: "recent", sinceMs })) as RecentUsage;
   }
 
   async ping(): Promise<void> {

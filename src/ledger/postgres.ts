@@ -7,6 +7,7 @@
  * The URL may choose a schema: `postgres://u@h/db?options=-c%20search_path%3Dledger`.
  */
 import pg from "pg";
+import { type RecentUsage, recentUsageFromRows, recentUsageStatements } from "./recent.js";
 import type { LedgerRow } from "./row.js";
 import { USAGE_COLUMNS } from "./row.js";
 import { type LedgerSink, LedgerUnavailableError } from "./sink.js";
@@ -79,6 +80,13 @@ export class PostgresSink implements LedgerSink {
     const result = await this.pool.query(sql.usage);
     await this.pool.query(sql.rollup);
     return result.rowCount ?? 0;
+  }
+
+  async readRecent(sinceMs: number): Promise<RecentUsage> {
+    const sql = recentUsageStatements("postgres", sinceMs);
+    const minutes = await this.pool.query({ text: sql.minutes, rowMode: "array" });
+    const tenants = await this.pool.query({ text: sql.tenants, rowMode: "array" });
+    return recentUsageFromRows(sinceMs, minutes.rows as unknown[][], tenants.rows as unknown[][]);
   }
 
   async ping(): Promise<void> {

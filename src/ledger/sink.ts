@@ -2,6 +2,7 @@
  * A ledger sink: where `usage` rows are stored. The writer (writer.ts) calls one method at a time;
  * a sink never sees two calls at once.
  */
+import type { RecentUsage } from "./recent.js";
 import type { LedgerRow } from "./row.js";
 
 export interface LedgerSink {
@@ -25,6 +26,11 @@ export interface LedgerSink {
    * many rows went (the writer calls again while that is `limit`).
    */
   retain(cutoffMs: number, limit: number): Promise<number>;
+  /**
+   * The rollups of the minutes from `sinceMs` on (the dashboard's last hour). Optional: a sink of
+   * an embedder's own may have no rollups to read.
+   */
+  readRecent?(sinceMs: number): Promise<RecentUsage>;
   /** Succeeds when the sink answers a trivial query (tells a bad batch from a sink that is down). */
   ping(): Promise<void>;
   close(): Promise<void>;

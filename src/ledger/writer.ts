@@ -20,10 +20,14 @@
  *   `retentionIntervalMs` (1 h), 50,000 rows per statement so writes go on in between.
  * - close() writes everything buffered (within `closeTimeoutMs`, 10 s), the last rollups, and
  *   closes the sink; rows it could not write are dropped (reason="shutdown") and logged.
+ * - recentUsage() (the dashboard's last hour) answers from a cache, and reads the rollups again in
+ *   the background when the cache is a rollup period old: never on the caller's path, at most once
+ *   per `rollupIntervalMs` (the rollups change no faster), one sink call at a time like the rest.
  */
 import type { Logger } from "pino";
 import { Counter, Gauge, type Registry } from "prom-client";
 import type { OutcomeRecord, OutcomeSink } from "../gateway/outcome.js";
+import { RECENT_SPAN_MS, type RecentUsage } from "./recent.js";
 import { type LedgerRow, minuteOf, TS_MS, toLedgerRow } from "./row.js";
 import { type LedgerSink, LedgerUnavailableError } from "./sink.js";
 import { DEFAULT_RETENTION_DAYS, defaultReplicaId, type LedgerTarget } from "./target.js";
@@ -115,6 +119,26 @@ export interface LedgerStats {
   dropped: number;
 }
 
+/** The ledger's state for the admin status and the dashboard. */
+export interface LedgerStatus {
+  /** The target, without credentials. */
+  sink: string;
+  /** Open and its last write succeeded (sluice_ledger_up). */
+  up: boolean;
+  buffered_rows: number;
+  written_rows: number;
+  dropped_rows: number;
+}
+
+/** The last read of the rollups: what it found (undefined before the first), and why the last one failed. */
+export interface RecentUsageRead {
+  usage: RecentUsage | undefined;
+  /** When `usage` was read, epoch ms. */
+  readAtMs: number | undefined;
+  /** The last read's error, when it failed (the sink cannot read rollups, or it is down). */
+  error: string | undefined;
+}
+
 export class LedgerWriter implements OutcomeSink {
   readonly replica: string;
   readonly description: string;
@@ -140,6 +164,9 @@ export class LedgerWriter implements OutcomeSink {
   private lastDropLog = Number.NEGATIVE_INFINITY;
   private written = 0;
   private droppedTotal = 0;
+  private recent: RecentUsageRead = { usage: undefined, readAtMs: undefined, error: undefined };
+  private recentAttemptAt = Number.NEGATIVE_INFINITY;
+  private recentReading = false;
   private readonly rowsCounter: Counter | undefined;
   private readonly droppedCounter: Counter<"reason"> | undefined;
 
@@ -181,7 +208,7 @@ export class LedgerWriter implements OutcomeSink {
         help: "1 when the ledger sink is open and its last write succeeded, else 0.",
         registers,
         collect() {
-          this.set(self.opened && self.attempts === 0 ? 1 : 0);
+          this.set(self.up ? 1 : 0);
         },
       });
     }
@@ -226,6 +253,47 @@ export class LedgerWriter implements OutcomeSink {
     };
   }
 
+  status(): LedgerStatus {
+    return {
+      sink: this.description,
+      up: this.up,
+      buffered_rows: this.buffer.length,
+      written_rows: this.written,
+      dropped_rows: this.droppedTotal,
+    };
+  }
+
+  /**
+   * The last hour of rollups as last read, at once. When that read is a rollup period old (or
+   * flush() wrote since), a new read starts in the background; its result is there for a later call.
+   */
+  recentUsage(): RecentUsageRead {
+    const due = Date.now() - this.recentAttemptAt >= this.o.rollupIntervalMs;
+    if (due && !this.recentReading && this.opened && !this.closing) void this.readRecent();
+    return this.recent;
+  }
+
+  private async readRecent(): Promise<void> {
+    const sink = this.sink;
+    this.recentReading = true;
+    this.recentAttemptAt = Date.now();
+    try {
+      if (sink.readRecent === undefined)
+        throw new Error(`the ledger ${this.description} has no rollups to read`);
+      const sinceMs = minuteOf(Date.now() - RECENT_SPAN_MS) + 60_000;
+      const usage = await this.exclusive(() => sink.readRecent!(sinceMs));
+      this.recent = { usage, readAtMs: Date.now(), error: undefined };
+    } catch (err) {
+      this.recent = { ...this.recent, error: errorMessage(err) };
+    } finally {
+      this.recentReading = false;
+    }
+  }
+
+  private get up(): boolean {
+    return this.opened && this.attempts === 0;
+  }
+
   /**
    * Writes everything buffered now and the rollups of what was written; rejects when the sink is
    * not open or a write failed (the rows stay buffered).
@@ -237,6 +305,8 @@ export class LedgerWriter implements OutcomeSink {
     this.retryAt = 0;
     if (!(await this.pump(true))) throw new Error(`the ledger ${this.description} could not write every row`);
     await this.rollup(true);
+    // The rollups just changed: the next recentUsage() reads them again.
+    this.recentAttemptAt = Number.NEGATIVE_INFINITY;
   }
 
   /** Writes what is buffered (within closeTimeoutMs), the last rollups, and closes the sink. */

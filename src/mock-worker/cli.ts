@@ -36,9 +36,12 @@ interface CliOptions {
   kneeSlowdown: number;
   defaultMaxTokens: number;
   model: string;
+  strictModels: boolean;
   reportCapacity: boolean;
   reportedCapacity?: unknown;
   contextLength: number;
+  prefixCacheTokens: number;
+  prefillMsPerToken: number;
 }
 
 /** A JSON value when the text parses as one (`0`, `-5`, `1e12`, `null`), else the text itself (`lots`). */
@@ -71,7 +74,15 @@ export async function runMockWorkerCli(argv: string[]): Promise<void> {
       0.5,
     )
     .option("--default-max-tokens <n>", "output length when a request sets none", integer(0), 16)
-    .option("--model <name>", "model name to report", "mock-llm")
+    .option(
+      "--model <names>",
+      "model to serve; comma-separated for several (aliases, LoRA adapters), listed at /v1/models",
+      "mock-llm",
+    )
+    .option(
+      "--strict-models",
+      "answer 404 model_not_found to a request for a model not served (as vLLM does)",
+    )
     .option("--no-report-capacity", "omit max_running_requests from /get_server_info")
     .option(
       "--reported-capacity <value>",
@@ -83,9 +94,26 @@ export async function runMockWorkerCli(argv: string[]): Promise<void> {
       "prompt + output tokens beyond this are refused (400)",
       integer(1),
       131072,
+    )
+    .option(
+      "--prefix-cache-tokens <n>",
+      "prefix cache size in tokens (LRU of 16-token blocks; 0 = none): TTFT grows with the uncached prompt tokens",
+      integer(0),
+      0,
+    )
+    .option(
+      "--prefill-ms-per-token <ms>",
+      "with a prefix cache: prefill time per uncached prompt token, added to the TTFT",
+      nonNegative,
+      0.05,
     );
   await program.parseAsync(argv, { from: "user" });
   const opts = program.opts<CliOptions>();
+  const models = opts.model
+    .split(",")
+    .map((m) => m.trim())
+    .filter((m) => m !== "");
+  if (models.length === 0) throw new InvalidArgumentError("--model: name at least one model");
 
   const worker = await startMockWorker({
     port: opts.port,
@@ -97,10 +125,14 @@ export async function runMockWorkerCli(argv: string[]): Promise<void> {
     knee: opts.knee,
     kneeSlowdown: opts.kneeSlowdown,
     defaultMaxTokens: opts.defaultMaxTokens,
-    model: opts.model,
+    model: models[0]!,
+    servedModels: models,
+    strictModels: opts.strictModels === true,
     reportCapacity: opts.reportCapacity,
     reportedCapacity: opts.reportedCapacity,
     contextLength: opts.contextLength,
+    prefixCacheTokens: opts.prefixCacheTokens,
+    prefillMsPerToken: opts.prefillMsPerToken,
   });
   process.stdout.write(
     `mock worker listening on ${worker.url} (max_running_requests=${opts.maxRunningRequests})\n`,

@@ -2,6 +2,7 @@
  * Public types of the mock worker and the defaults its options resolve to.
  */
 
+import type { PrefixCacheCounters } from "./prefix-cache.js";
 import type { CapacityCounters, ReceivedRequest } from "./tracking.js";
 
 export type { CapacityCounters, ReceivedRequest } from "./tracking.js";
@@ -15,6 +16,13 @@ export interface MockWorkerOptions {
   maxRunningRequests?: number;
   /** Default "mock-llm". */
   model?: string;
+  /**
+   * Every model the worker serves (aliases, LoRA adapters), listed at `GET /v1/models`; default
+   * `[model]`. Answers are labelled with the request's model when it is one of these.
+   */
+  servedModels?: string[];
+  /** Like vLLM: a request naming a model the worker does not serve gets 404 (default false). */
+  strictModels?: boolean;
   /** Base time to first token, default 20. */
   ttftMs?: number;
   /** Base per-token delay (inter-token latency), default 5. */
@@ -59,6 +67,14 @@ export interface MockWorkerOptions {
    * `clientErrors`; raise it to log what a gateway forwarded whatever its size.
    */
   maxHeaderSize?: number;
+  /**
+   * Size of the worker's prefix cache in tokens (prefix-cache.ts), default 0 = none. With one, the
+   * time to first token grows with the prompt tokens not found in it (`prefillMsPerToken`), and
+   * usage reports `prompt_tokens_details.cached_tokens` as OpenAI does.
+   */
+  prefixCacheTokens?: number;
+  /** With a prefix cache: milliseconds of prefill per uncached prompt token, added to the TTFT, default 0.05. */
+  prefillMsPerToken?: number;
 }
 
 export interface MockWorkerStats extends CapacityCounters {
@@ -76,8 +92,12 @@ export interface MockWorkerStats extends CapacityCounters {
   clientErrors: number;
   /** Times restart() brought the worker back. */
   restarts: number;
+  /** Inference requests received per model named in the body ("" for none). */
+  requestsByModel: Record<string, number>;
   lastRequestHeaders?: Record<string, string | string[] | undefined>;
   lastRequestBody?: string;
+  /** The prefix cache's counters, when the worker has one. */
+  prefixCache?: PrefixCacheCounters;
 }
 
 export interface MockWorker {
@@ -97,6 +117,14 @@ export interface MockWorker {
   /** Changes what /get_server_info reports as max_running_requests (undefined = the real capacity). */
   setReportedCapacity(value: unknown): void;
   /**
+   * Prompt tokens of an inference request's body (a chat or completion body) that the prefix cache
+   * holds now, without touching it: what an oracle that knows every worker's cache would read.
+   * 0 without a prefix cache.
+   */
+  peekCachedTokens(body: unknown): number;
+  /** Changes the models the worker serves (as a worker reloaded with another model would). */
+  setServedModels(models: string[]): void;
+  /**
    * Kills the worker as a crash would (every connection destroyed, in-flight work aborted, the
    * listener closed), waits `downMs` (default 0; connections are refused meanwhile), then listens
    * again on the same port. Counters carry on across the restart.
@@ -114,6 +142,8 @@ export function resolveOptions(opts: MockWorkerOptions = {}): ResolvedOptions {
     host: opts.host ?? "127.0.0.1",
     maxRunningRequests: opts.maxRunningRequests ?? 64,
     model: opts.model ?? "mock-llm",
+    servedModels: opts.servedModels ?? [opts.model ?? "mock-llm"],
+    strictModels: opts.strictModels ?? false,
     ttftMs: opts.ttftMs ?? 20,
     tokenDelayMs: opts.tokenDelayMs ?? 5,
     batchSlowdown: opts.batchSlowdown ?? 0.02,
@@ -126,6 +156,8 @@ export function resolveOptions(opts: MockWorkerOptions = {}): ResolvedOptions {
     contextLength: opts.contextLength ?? 131_072,
     receivedLogSize: opts.receivedLogSize ?? 10_000,
     maxHeaderSize: opts.maxHeaderSize ?? 16 * 1024,
+    prefixCacheTokens: opts.prefixCacheTokens ?? 0,
+    prefillMsPerToken: opts.prefillMsPerToken ?? 0.05,
   };
   if (!Number.isInteger(resolved.maxRunningRequests) || resolved.maxRunningRequests < 1) {
     throw new RangeError(`maxRunningRequests must be a positive integer, got ${resolved.maxRunningRequests}`);
@@ -133,12 +165,24 @@ export function resolveOptions(opts: MockWorkerOptions = {}): ResolvedOptions {
   if (!Number.isInteger(resolved.defaultMaxTokens) || resolved.defaultMaxTokens < 0) {
     throw new RangeError(`defaultMaxTokens must be a non-negative integer, got ${resolved.defaultMaxTokens}`);
   }
-  for (const key of ["contextLength", "receivedLogSize", "maxHeaderSize", "knee"] as const) {
+  for (const key of [
+    "contextLength",
+    "receivedLogSize",
+    "maxHeaderSize",
+    "knee",
+    "prefixCacheTokens",
+  ] as const) {
     const v = resolved[key];
     if (!Number.isInteger(v) || v < 0)
       throw new RangeError(`${key} must be a non-negative integer, got ${v}`);
   }
-  for (const key of ["ttftMs", "tokenDelayMs", "batchSlowdown", "kneeSlowdown"] as const) {
+  for (const key of [
+    "ttftMs",
+    "tokenDelayMs",
+    "batchSlowdown",
+    "kneeSlowdown",
+    "prefillMsPerToken",
+  ] as const) {
     const v = resolved[key];
     if (!Number.isFinite(v) || v < 0) throw new RangeError(`${key} must be a non-negative number, got ${v}`);
   }

@@ -16,6 +16,8 @@ export interface InferenceRequest {
   /** The client capped the output; the answer stops on "length" rather than "stop". */
   readonly capped: boolean;
   readonly promptTokens: number;
+  /** Prompt tokens found in the worker's prefix cache; undefined when it has none. */
+  readonly cachedTokens?: number | undefined;
 }
 
 export class RequestError extends Error {}
@@ -87,14 +89,28 @@ interface Usage {
   prompt_tokens: number;
   completion_tokens: number;
   total_tokens: number;
+  /** With a prefix cache, as OpenAI reports it. */
+  prompt_tokens_details?: { cached_tokens: number };
 }
 
 function usageOf(req: InferenceRequest): Usage {
-  return {
+  const usage: Usage = {
     prompt_tokens: req.promptTokens,
     completion_tokens: req.maxTokens,
     total_tokens: req.promptTokens + req.maxTokens,
   };
+  if (req.cachedTokens !== undefined) usage.prompt_tokens_details = { cached_tokens: req.cachedTokens };
+  return usage;
+}
+
+/** SGLang's meta_info: prompt and completion tokens, and `cached_tokens` with a prefix cache. */
+function metaTokens(req: InferenceRequest, completionTokens: number): Record<string, number> {
+  const meta: Record<string, number> = {
+    prompt_tokens: req.promptTokens,
+    completion_tokens: completionTokens,
+  };
+  if (req.cachedTokens !== undefined) meta["cached_tokens"] = req.cachedTokens;
+  return meta;
 }
 
 function openAiFinish(req: InferenceRequest): "length" | "stop" {
@@ -242,8 +258,7 @@ class GenerateFormat implements ResponseFormat {
       text: this.text,
       meta_info: {
         id: this.id,
-        prompt_tokens: this.req.promptTokens,
-        completion_tokens: completionTokens,
+        ...metaTokens(this.req, completionTokens),
         finish_reason: last ? this.finishReason() : null,
       },
       index: 0,
@@ -264,8 +279,7 @@ class GenerateFormat implements ResponseFormat {
       text: generatedText(this.req.maxTokens),
       meta_info: {
         id: this.id,
-        prompt_tokens: this.req.promptTokens,
-        completion_tokens: this.req.maxTokens,
+        ...metaTokens(this.req, this.req.maxTokens),
         finish_reason: this.finishReason(),
       },
     };

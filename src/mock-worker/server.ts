@@ -17,12 +17,17 @@
  *
  * Test endpoints: `GET /mock/stats` (the counters as JSON) and `GET /mock/received` (the log of
  * received requests). A lying `/get_server_info` is the `reportedCapacity` option.
+ *
+ * With `prefixCacheTokens`, a prefix cache (prefix-cache.ts): each inference request's prompt is
+ * looked up when it arrives, its time to first token grows by `prefillMsPerToken` per prompt token
+ * not found, and its usage reports the tokens found (`prompt_tokens_details.cached_tokens`).
  */
 
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from "node:http";
 import type { AddressInfo, Socket } from "node:net";
 import { Job, type JobFault } from "./job.js";
 import { type MockWorker, type MockWorkerOptions, type MockWorkerStats, resolveOptions } from "./options.js";
+import { blockKeys, PrefixCache, promptText } from "./prefix-cache.js";
 import {
   type Endpoint,
   errorBody,
@@ -134,10 +139,13 @@ export function startMockWorker(opts?: MockWorkerOptions): Promise<MockWorker> {
   const batcher = new Batcher(o.maxRunningRequests, o.batchSlowdown, o.knee, o.kneeSlowdown);
   const tracker = new RequestTracker(o.maxRunningRequests, o.receivedLogSize);
   const baseTiming: Timing = { ttftMs: o.ttftMs, tokenDelayMs: o.tokenDelayMs };
+  const prefixCache = o.prefixCacheTokens > 0 ? new PrefixCache(o.prefixCacheTokens) : undefined;
   let healthy = o.healthy;
   let reportedCapacity: unknown = o.reportedCapacity;
   let totalRequests = 0;
   let clientErrors = 0;
+  let servedModels = [...o.servedModels];
+  let requestsByModel: Record<string, number> = {};
   let restarts = 0;
   let seq = 0;
   let lastRequestHeaders: Record<string, string | string[] | undefined> | undefined;
@@ -159,6 +167,7 @@ export function startMockWorker(opts?: MockWorkerOptions): Promise<MockWorker> {
 
   function counters(): MockWorkerStats {
     return {
+      requestsByModel: { ...requestsByModel },
       maxRunningRequests: o.maxRunningRequests,
       running: batcher.runningCount,
       waiting: batcher.waitingCount,
@@ -170,6 +179,7 @@ export function startMockWorker(opts?: MockWorkerOptions): Promise<MockWorker> {
       received: tracker.receivedCount,
       clientErrors,
       restarts,
+      ...(prefixCache !== undefined ? { prefixCache: prefixCache.counters() } : {}),
     };
   }
 
@@ -189,7 +199,7 @@ export function startMockWorker(opts?: MockWorkerOptions): Promise<MockWorker> {
       case "/v1/models":
         sendJson(res, 200, {
           object: "list",
-          data: [{ id: o.model, object: "model", created: 0, owned_by: "sluice-mock" }],
+          data: servedModels.map((id) => ({ id, object: "model", created: 0, owned_by: "sluice-mock" })),
         });
         return true;
       case "/mock/stats":
@@ -258,6 +268,17 @@ export function startMockWorker(opts?: MockWorkerOptions): Promise<MockWorker> {
       );
       return;
     }
+    const named = (parsedBody as { model?: unknown } | null)?.model;
+    const modelName = typeof named === "string" ? named : "";
+    requestsByModel[modelName] = (requestsByModel[modelName] ?? 0) + 1;
+    if (o.strictModels && !servedModels.includes(modelName)) {
+      sendJson(
+        res,
+        404,
+        errorBody(`The model \`${modelName}\` does not exist.`, "NotFoundError", "model_not_found"),
+      );
+      return;
+    }
     let request: InferenceRequest;
     try {
       request = parseInferenceRequest(endpoint, parsedBody, o.defaultMaxTokens);
@@ -297,6 +318,12 @@ export function startMockWorker(opts?: MockWorkerOptions): Promise<MockWorker> {
           : {}),
         ...(promptTokensOverride !== undefined ? { promptTokens: promptTokensOverride } : {}),
       };
+    }
+    if (prefixCache !== undefined) {
+      // Prefill only what the cache does not hold: the TTFT grows with the uncached tokens.
+      const cached = prefixCache.serve(blockKeys(promptText(parsedBody)), request.promptTokens);
+      request = { ...request, cachedTokens: cached };
+      timing.ttftMs += o.prefillMsPerToken * (request.promptTokens - cached);
     }
     const format = responseFormat(request, ++seq, o.model);
     new Job(res, batcher, request, format, timing, fault).begin();
@@ -412,6 +439,12 @@ export function startMockWorker(opts?: MockWorkerOptions): Promise<MockWorker> {
       setReportedCapacity(value: unknown) {
         reportedCapacity = value;
       },
+      peekCachedTokens(body: unknown): number {
+        return prefixCache === undefined ? 0 : prefixCache.peek(blockKeys(promptText(body)));
+      },
+      setServedModels(models: string[]) {
+        servedModels = [...models];
+      },
       stats(): MockWorkerStats {
         const stats = counters();
         if (lastRequestHeaders !== undefined) stats.lastRequestHeaders = lastRequestHeaders;
@@ -422,8 +455,10 @@ export function startMockWorker(opts?: MockWorkerOptions): Promise<MockWorker> {
       clearReceived: () => tracker.clearReceived(),
       resetStats() {
         batcher.resetCounters();
+        prefixCache?.resetCounters();
         totalRequests = 0;
         clientErrors = 0;
+        requestsByModel = {};
         tracker.reset();
       },
       restart({ downMs = 0 } = {}) {
@@ -431,6 +466,8 @@ export function startMockWorker(opts?: MockWorkerOptions): Promise<MockWorker> {
         restarting ??= (async () => {
           try {
             await shutDown(server);
+            // A restarted engine starts with an empty KV cache.
+            prefixCache?.clear();
             if (downMs > 0) await new Promise((resolve) => setTimeout(resolve, downMs));
             if (closing !== undefined) return;
             server = newServer();

@@ -79,6 +79,12 @@ export async function kneeSweep(scenario: Scenario, options: KneeOptions = {}): 
   if (options.phase !== undefined && phase === undefined) {
     throw new Error(`--knee-phase: no phase named ${options.phase} in ${scenario.file}`);
   }
+  if (scenario.pools.length > 1) {
+    // One concurrency for workers of different models has no knee: sweep each pool on its own.
+    throw new Error(
+      `--knee: the workers of ${scenario.file} form several model pools (${scenario.pools.map((p) => p.name).join(", ")}); sweep each in a scenario of its own`,
+    );
+  }
   const sent = new Set(scenario.tenants.flatMap((t) => t.mix.map((m) => m.cls)));
   const sloMs =
     options.sloMs ?? Math.min(...[...sent].map((c) => scenario.slo[c].tpotMs ?? Number.POSITIVE_INFINITY));

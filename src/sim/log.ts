@@ -18,6 +18,7 @@ export const OUTCOMES = [
   "model_not_allowed",
   "tenant_budget_exhausted",
   "token_budget_exceeded",
+  "model_not_found",
   "no_healthy_workers",
   "upstream_reset",
   "context_length",
@@ -32,6 +33,9 @@ export const REJECTIONS: readonly Outcome[] = OUTCOMES.filter(
   (o) => o !== "ok" && o !== "upstream_reset" && o !== "context_length" && o !== "unfinished",
 );
 
+/** The pool column's value for a request whose model no pool serves. */
+export const NO_POOL = 0xffff;
+
 function grow<T extends Float64Array | Int32Array | Uint8Array | Uint16Array>(a: T, n: number): T {
   const b = new (a.constructor as new (n: number) => T)(n);
   b.set(a);
@@ -41,6 +45,8 @@ function grow<T extends Float64Array | Int32Array | Uint8Array | Uint16Array>(a:
 export class RequestLog {
   size = 0;
   tenant = new Uint16Array(1024);
+  /** Index into the scenario's pools, or NO_POOL. */
+  pool = new Uint16Array(1024);
   cls = new Uint8Array(1024);
   outcome = new Uint8Array(1024);
   arrival = new Float64Array(1024);
@@ -57,6 +63,7 @@ export class RequestLog {
 
   add(r: {
     tenant: number;
+    pool: number;
     cls: number;
     outcome: number;
     arrival: number;
@@ -70,6 +77,7 @@ export class RequestLog {
     if (this.size === this.tenant.length) {
       const n = this.size * 2;
       this.tenant = grow(this.tenant, n);
+      this.pool = grow(this.pool, n);
       this.cls = grow(this.cls, n);
       this.outcome = grow(this.outcome, n);
       this.arrival = grow(this.arrival, n);
@@ -82,6 +90,7 @@ export class RequestLog {
     }
     const i = this.size++;
     this.tenant[i] = r.tenant;
+    this.pool[i] = r.pool;
     this.cls[i] = r.cls;
     this.outcome[i] = r.outcome;
     this.arrival[i] = r.arrival;

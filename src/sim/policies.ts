@@ -43,11 +43,13 @@ export interface AdmissionPolicy {
   readonly scheduler?: Scheduler | undefined;
 }
 
+/** `pool`: the model pool the policy admits for (undefined: the whole fleet). */
 export function createPolicy(
   name: PolicyName,
   scenario: Scenario,
   capacity: number,
   clock: Clock,
+  pool?: string | undefined,
 ): AdmissionPolicy {
   if (name === "fifo") {
     const limiter = createLegacyLimiter({
@@ -107,7 +109,7 @@ export function createPolicy(
     if (err instanceof ConfigError) {
       throw new ConfigError(
         `${scenario.file}: policy`,
-        `${err.message} at the fleet's capacity of ${capacity} (the gateway would fall back to legacy admission)`,
+        `${err.message} at ${pool === undefined ? "the fleet's" : `pool ${pool}'s`} capacity of ${capacity} (the gateway would fall back to legacy admission)`,
       );
     }
     throw err;

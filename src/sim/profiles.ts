@@ -33,6 +33,11 @@ export interface WorkerProfile {
    * max_tokens fits, so nothing is ever preempted inside the worker (TGI/SGLang-style reservation).
    */
   kvPolicy: KvPolicy;
+  /**
+   * Prefix cache size in tokens (0 or absent: none). Jobs that carry `prefixBlocks` skip the prefill
+   * of their prompt's leading blocks found in it (src/mock-worker/prefix-cache.ts's model).
+   */
+  prefixCacheTokens?: number | undefined;
 }
 
 export interface NamedProfile extends WorkerProfile {

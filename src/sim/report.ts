@@ -2,10 +2,12 @@
  * Turns runs into the report: per class and per tenant counts, rates, goodput and latency
  * percentiles (overall and per phase), fairness per class (token shares against weights, Jain's
  * index, the largest service gap beside the VTC bound), the lower classes' entitlement, worker
- * figures, the scenario's expectations checked, and the per-bucket time series.
+ * figures, the scenario's expectations checked, and the per-bucket time series; with several model
+ * pools, the same per pool (admissions, queue wait, goodput, its queue over time).
  * Every number is rounded so the JSON is compact; nothing in it depends on wall time.
  */
 
+import type { AdaptiveLimitSnapshot } from "../capacity/adaptive-limit.js";
 import type { LoadSheddingStatus } from "../capacity/load-shedding.js";
 import { CLASS_COUNT, classOfRank, PRIORITY_CLASSES, type PriorityClass } from "../core/class.js";
 import {
@@ -101,6 +103,40 @@ export interface ExpectationResult {
   max: number | null;
   value: number | null;
   pass: boolean;
+  /** Present when the expectation names a model: measured in its pool. */
+  model?: string;
+}
+
+/** A group's figures with the requests its admission gate let in (fast or after queueing). */
+export type PoolStats = GroupStats & { admitted: number };
+
+export interface ControllerReport {
+  limit: number;
+  phase: string;
+  tpot_baseline_ms: number | null;
+  windows: number;
+  increases: number;
+  decreases: number;
+  overload_decreases: number;
+  slo_decreases: number;
+  probes: number;
+  probe_steps: number;
+}
+
+/** One model pool under one policy (reports of scenarios with several pools). */
+export interface PoolReport extends PoolStats {
+  models: string[];
+  /** Requests each of its workers received, by the model they asked for. */
+  workers: Record<string, Record<string, number>>;
+  classes: Partial<Record<PriorityClass, PoolStats>>;
+  phases: Record<string, PoolStats & { classes: Partial<Record<PriorityClass, PoolStats>> }>;
+  /** Per window (`all`, then each phase) and class with two tenants or more in the pool. */
+  fairness: Record<string, Partial<Record<PriorityClass, FairnessReport>>>;
+  /** Most requests queued for admission at a bucket's end. */
+  queued_max: number;
+  /** The pool's own capacity controller (sluice policies in adaptive mode), else null. */
+  controller: ControllerReport | null;
+  timeseries: { capacity: number[]; inflight: number[]; queued: number[] };
 }
 
 export interface PolicyReport {
@@ -127,20 +163,11 @@ export interface PolicyReport {
   capacity: {
     mode: "static" | "adaptive";
     windows: Record<string, CapacityWindow>;
-    controller: {
-      limit: number;
-      phase: string;
-      tpot_baseline_ms: number | null;
-      windows: number;
-      increases: number;
-      decreases: number;
-      overload_decreases: number;
-      slo_decreases: number;
-      probes: number;
-      probe_steps: number;
-    } | null;
+    controller: ControllerReport | null;
     shedding: LoadSheddingStatus | null;
   };
+  /** Per model pool, when the workers form more than one. */
+  pools?: Record<string, PoolReport>;
   expectations: ExpectationResult[];
   timeseries: {
     bucket_s: number;
@@ -183,6 +210,8 @@ export interface Report {
     capacity: number;
     routing: string;
     tenants: { name: string; key: string; weight: number; classes: PriorityClass[] }[];
+    /** The model pools, when the workers form more than one: their models, workers and tenants. */
+    pools?: { name: string; models: string[]; workers: string[]; tenants: string[] }[];
     phases: { name: string; from_s: number; to_s: number | null }[];
     policies: PolicyName[];
     /** Per class: what counts as goodput (TTFT from arrival, mean TPOT, end to end, ms). */
@@ -258,13 +287,14 @@ function groupStats(
   };
 }
 
+/** Fairness in one group: `group` indexes run.groups (pool * CLASS_COUNT + class rank). */
 function fairnessOf(
   run: RunResult,
   scenario: Scenario,
   windowIndex: number,
-  cls: number,
+  group: number,
 ): FairnessReport | undefined {
-  const g = run.groups[cls]!;
+  const g = run.groups[group]!;
   if (g.members.length < 2) return undefined;
   const w = g.windows[windowIndex]!;
   const names = g.members.map((t) => scenario.tenants[t]!.name);
@@ -303,10 +333,10 @@ function fairnessOf(
   };
 }
 
-function evaluate(e: Expectation, r: PolicyReport): ExpectationResult {
-  let value = measure(e.metric, e.cls, e.during, r);
+function evaluate(e: Expectation, r: PolicyReport, pool: PoolReport | undefined): ExpectationResult {
+  let value = measure(e.metric, e.cls, e.during, r, pool);
   if (e.relativeTo !== undefined && value !== null) {
-    const base = measure(e.metric, e.cls, e.relativeTo === "all" ? undefined : e.relativeTo, r);
+    const base = measure(e.metric, e.cls, e.relativeTo === "all" ? undefined : e.relativeTo, r, pool);
     value = base === null || base === 0 ? null : round(value / base, 4);
   }
   const pass =
@@ -321,6 +351,7 @@ function evaluate(e: Expectation, r: PolicyReport): ExpectationResult {
     max: e.max ?? null,
     value,
     pass,
+    ...(e.model !== undefined ? { model: e.model } : {}),
   };
 }
 
@@ -359,15 +390,33 @@ const MEASURES: Record<Expectation["metric"], (m: Measured) => number | null | u
   tpot_baseline_ms: (m) => m.cap?.tpot_baseline_ms,
 };
 
-/** A metric's value for one class (or the fleet) over a window (a phase, or the whole run). */
+/**
+ * A metric's value for one class (or the fleet) over a window (a phase, or the whole run); with a
+ * pool, for the class (or all its classes) in that pool.
+ */
 function measure(
   metric: Expectation["metric"],
   cls: PriorityClass | undefined,
   during: string | undefined,
   r: PolicyReport,
+  pool?: PoolReport | undefined,
 ): number | null {
   const win = during ?? "all";
   const cap = r.capacity.windows[win];
+  if (pool !== undefined) {
+    const scope = during === undefined ? pool : pool.phases[during];
+    const stats = cls === undefined ? scope : scope?.classes[cls];
+    const fair = cls === undefined ? undefined : pool.fairness[win]?.[cls];
+    const m: Measured = {
+      stats,
+      fair,
+      cap: undefined,
+      capClass: undefined,
+      entitlement: undefined,
+      fleet: false,
+    };
+    return MEASURES[metric](m) ?? null;
+  }
   const m: Measured =
     cls === undefined
       ? { stats: undefined, fair: undefined, cap, capClass: undefined, entitlement: undefined, fleet: true }
@@ -386,7 +435,10 @@ export function policyReport(scenario: Scenario, run: RunResult): PolicyReport {
   const log = run.log;
   const durationS = scenario.durationMs / 1000;
   const windows = windowsOf(scenario);
-  const classesPresent = PRIORITY_CLASSES.filter((_, r) => run.groups[r]!.members.length > 0);
+  // A class is present when some pool's tenants send in it.
+  const sent = (r: number) =>
+    scenario.pools.some((_, k) => run.groups[k * CLASS_COUNT + r]!.members.length > 0);
+  const classesPresent = PRIORITY_CLASSES.filter((_, r) => sent(r));
   const classes: PolicyReport["classes"] = {};
   for (const c of classesPresent) {
     const r = PRIORITY_CLASSES.indexOf(c);
@@ -426,15 +478,17 @@ export function policyReport(scenario: Scenario, run: RunResult): PolicyReport {
   const fairness: PolicyReport["fairness"] = {};
   const entitlement: PolicyReport["entitlement"] = {};
   windows.forEach((w, wi) => {
+    // With several pools fairness is per pool (pools.<name>.fairness): tenants of different pools
+    // never compete.
     const f: Partial<Record<PriorityClass, FairnessReport>> = {};
-    for (let r = 0; r < CLASS_COUNT; r++) {
+    for (let r = 0; r < CLASS_COUNT && scenario.pools.length === 1; r++) {
       const rep = fairnessOf(run, scenario, wi, r);
       if (rep) f[classOfRank(r)] = rep;
     }
     fairness[w.name] = f;
     const e: Partial<Record<PriorityClass, number | null>> = {};
     for (const x of run.entitlement) {
-      if (x.window !== w.name || run.groups[x.cls]!.members.length === 0) continue;
+      if (x.window !== w.name || !sent(x.cls)) continue;
       e[classOfRank(x.cls)] = x.entitled > 0 ? round(x.inflight / x.entitled, 4) : null;
     }
     entitlement[w.name] = e;
@@ -444,7 +498,13 @@ export function policyReport(scenario: Scenario, run: RunResult): PolicyReport {
   for (const w of windows) {
     capWindows[w.name] = capacityWindow(scenario, run, classesPresent, slo, w.fromMs, w.toMs);
   }
-  const snap = run.capacity.controller;
+  // Per pool figures: reported with several pools, and read by expectations that name a model.
+  const pools =
+    scenario.pools.length > 1 || scenario.expectations.some((e) => e.model !== undefined)
+      ? poolReports(scenario, run)
+      : undefined;
+  const poolOf = (model: string | undefined) =>
+    model === undefined ? undefined : pools![scenario.pools.find((p) => p.models.includes(model))!.name];
   const report: PolicyReport = {
     totals: groupStats(run, scenario, () => true, durationS),
     classes,
@@ -465,27 +525,105 @@ export function policyReport(scenario: Scenario, run: RunResult): PolicyReport {
     capacity: {
       mode: run.capacity.mode,
       windows: capWindows,
-      controller: snap
-        ? {
-            limit: snap.limit,
-            phase: snap.phase,
-            tpot_baseline_ms: snap.tpotBaselineMs === null ? null : round(snap.tpotBaselineMs),
-            windows: snap.windows,
-            increases: snap.increases,
-            decreases: snap.decreases,
-            overload_decreases: snap.overloadDecreases,
-            slo_decreases: snap.sloDecreases,
-            probes: snap.probes,
-            probe_steps: snap.probeSteps,
-          }
-        : null,
+      controller: controllerReport(run.capacity.controller),
       shedding: run.capacity.shedding ?? null,
     },
+    // Only with several pools, so a single-pool report keeps its exact shape.
+    ...(scenario.pools.length > 1 ? { pools } : {}),
     expectations: [],
     timeseries: timeseries(scenario, run, classesPresent, slo),
   };
-  report.expectations = scenario.expectations.map((e) => evaluate(e, report));
+
+  report.expectations = scenario.expectations.map((e) => evaluate(e, report, poolOf(e.model)));
   return report;
+}
+
+function controllerReport(snap: AdaptiveLimitSnapshot | undefined): ControllerReport | null {
+  if (!snap) return null;
+  return {
+    limit: snap.limit,
+    phase: snap.phase,
+    tpot_baseline_ms: snap.tpotBaselineMs === null ? null : round(snap.tpotBaselineMs),
+    windows: snap.windows,
+    increases: snap.increases,
+    decreases: snap.decreases,
+    overload_decreases: snap.overloadDecreases,
+    slo_decreases: snap.sloDecreases,
+    probes: snap.probes,
+    probe_steps: snap.probeSteps,
+  };
+}
+
+function poolStats(
+  run: RunResult,
+  scenario: Scenario,
+  pick: (i: number) => boolean,
+  durationS: number,
+): PoolStats {
+  const wait = run.log.wait;
+  let admitted = 0;
+  for (let i = 0; i < run.log.size; i++) if (pick(i) && !Number.isNaN(wait[i]!)) admitted++;
+  const { requests, ...rest } = groupStats(run, scenario, pick, durationS);
+  return { requests, admitted, ...rest };
+}
+
+/** Per model pool: its requests' figures (overall, per class, per phase), its workers' models, its queue. */
+function poolReports(scenario: Scenario, run: RunResult): Record<string, PoolReport> {
+  const log = run.log;
+  const durationS = scenario.durationMs / 1000;
+  const out: Record<string, PoolReport> = {};
+  scenario.pools.forEach((p, k) => {
+    const present = PRIORITY_CLASSES.filter((_, r) => {
+      for (let i = 0; i < log.size; i++) if (log.pool[i] === k && log.cls[i] === r) return true;
+      return false;
+    });
+    const inPool = (i: number) => log.pool[i] === k;
+    const perClass = (pick: (i: number) => boolean, spanS: number) => {
+      const classes: Partial<Record<PriorityClass, PoolStats>> = {};
+      for (const c of present) {
+        const r = PRIORITY_CLASSES.indexOf(c);
+        classes[c] = poolStats(run, scenario, (i) => pick(i) && log.cls[i] === r, spanS);
+      }
+      return classes;
+    };
+    const phases: PoolReport["phases"] = {};
+    for (const ph of scenario.phases) {
+      const to = Math.min(ph.toMs, scenario.durationMs);
+      const span = Math.max(0.001, (to - ph.fromMs) / 1000);
+      const pick = (i: number) => inPool(i) && log.arrival[i]! >= ph.fromMs && log.arrival[i]! < ph.toMs;
+      phases[ph.name] = { ...poolStats(run, scenario, pick, span), classes: perClass(pick, span) };
+    }
+    const workers: PoolReport["workers"] = {};
+    for (const w of p.workers) workers[run.workers[w]!.name] = run.workers[w]!.models;
+    const fairness: PoolReport["fairness"] = {};
+    windowsOf(scenario).forEach((w, wi) => {
+      const f: Partial<Record<PriorityClass, FairnessReport>> = {};
+      for (let r = 0; r < CLASS_COUNT; r++) {
+        const rep = fairnessOf(run, scenario, wi, k * CLASS_COUNT + r);
+        if (rep) f[classOfRank(r)] = rep;
+      }
+      fairness[w.name] = f;
+    });
+    const series = run.pools[k]!.series;
+    const n = run.series.t.length;
+    const fit = (a: number[]) => Array.from({ length: n }, (_, i) => a[i] ?? 0);
+    out[p.name] = {
+      models: [...p.models],
+      workers,
+      ...poolStats(run, scenario, inPool, durationS),
+      classes: perClass(inPool, durationS),
+      phases,
+      fairness,
+      queued_max: Math.max(0, ...series.queued),
+      controller: controllerReport(run.pools[k]!.capacity?.controller),
+      timeseries: {
+        capacity: fit(series.capacity),
+        inflight: fit(series.inflight),
+        queued: fit(series.queued),
+      },
+    };
+  });
+  return out;
 }
 
 function timeseries(
@@ -571,6 +709,16 @@ export function buildReport(scenario: Scenario, runs: RunResult[]): Report {
         weight: tenantWeight(scenario, t.key),
         classes: classesOf[i]!.map((r) => classOfRank(r)),
       })),
+      ...(scenario.pools.length > 1
+        ? {
+            pools: scenario.pools.map((p) => ({
+              name: p.name,
+              models: [...p.models],
+              workers: p.workers.map((w) => scenario.workers[w]!.name),
+              tenants: scenario.tenants.filter((t) => p.models.includes(t.model)).map((t) => t.name),
+            })),
+          }
+        : {}),
       phases: scenario.phases.map((p) => ({
         name: p.name,
         from_s: p.fromMs / 1000,

@@ -12,6 +12,13 @@
  * request goes to the least-loaded healthy worker, the first token marks the permit's first byte,
  * the end reports the actual tokens (adjustCost) and settles the budget hold, and a preemption
  * closes the request on its worker before the preemptor is routed.
+ *
+ * Model pools (docs/gateway.md): a request goes to the pool of its model (model_not_found when no
+ * worker serves it; no_healthy_workers at once when none of the pool's workers is up) and never
+ * leaves it. Under the sluice policies each pool is its own admission gate, as in the gateway: its
+ * own scheduler and capacity, adaptive limit and shedding; fifo and strict keep one gate for the
+ * fleet (the legacy limiter and the reference scheduler have no pools) and only route by pool.
+ * Budgets are fleet-wide.
  */
 import { AdaptiveCapacity } from "../capacity/adaptive.js";
 import type { AdaptiveLimitSnapshot } from "../capacity/adaptive-limit.js";
@@ -22,8 +29,9 @@ import { CLASS_COUNT, CLASS_RANK, classOfRank, type PriorityClass } from "../cor
 import { requiredReservation } from "../core/config.js";
 import { EventQueue, SimClock } from "./clock.js";
 import { FairnessGroup, type Window } from "./fairness.js";
-import { OUTCOME_INDEX, type Outcome, RequestLog } from "./log.js";
+import { NO_POOL, OUTCOME_INDEX, type Outcome, RequestLog } from "./log.js";
 import { type AdmissionPolicy, createPolicy, type SimTicket } from "./policies.js";
+import { SimPool } from "./pool-routing.js";
 import { Rng } from "./rng.js";
 import { type PolicyName, type ResolvedTenant, type Scenario, SLUICE_POLICIES } from "./scenario.js";
 import { Job, Worker, type WorkerListener, type WorkerStats } from "./worker.js";
@@ -48,6 +56,10 @@ class SimRequest {
   admittedAt = Number.NaN;
   firstAt = Number.NaN;
   controller: AbortController | undefined;
+  /** Its model's pool, the gate it is admitted through and its fairness group (once the pool is known). */
+  pool: PoolRun | undefined;
+  gate: Gate | undefined;
+  fair: FairnessGroup | undefined;
   constructor(
     readonly tenant: TenantRuntime,
     readonly user: number,
@@ -73,6 +85,41 @@ interface TenantRuntime {
   /** The session header's value for a request of user `user` (-1: open loop), or undefined. */
   readonly session: (user: number) => string | undefined;
   arrivals: OpenArrivals | undefined;
+}
+
+/**
+ * One admission queue with its capacity: a model pool's under the sluice policies (the gateway runs
+ * one scheduler per pool), the whole fleet's under fifo and strict.
+ */
+interface Gate {
+  readonly policy: AdmissionPolicy;
+  readonly adaptive: AdaptiveCapacity | undefined;
+  readonly shedding: LoadShedding | undefined;
+  /** The workers whose healthy max_running make its discovered capacity. */
+  readonly workers: readonly Worker[];
+  /** What those workers report, for the adaptive controller. */
+  readonly reported: CapacityNotifier;
+  /** The capacity its policy has now. */
+  liveCapacity: number;
+  /** Per class rank. */
+  readonly inflight: number[];
+  readonly queued: number[];
+}
+
+/** A pool's part of a run: its routing, its gate, and its counters. */
+interface PoolRun {
+  readonly pool: SimPool;
+  readonly gate: Gate;
+  inflight: number;
+  queued: number;
+  readonly series: PoolSeries;
+}
+
+/** Per bucket, one pool's capacity (its gate's, or its healthy workers' under a fleet gate), in flight and queued. */
+export interface PoolSeries {
+  capacity: number[];
+  inflight: number[];
+  queued: number[];
 }
 
 /** Counters per time bucket, per class and per tenant. */
@@ -109,12 +156,24 @@ export interface CapacityRun {
   shedding: LoadSheddingStatus | undefined;
 }
 
+/** One pool's figures beyond the request log. */
+export interface PoolRunResult {
+  name: string;
+  series: PoolSeries;
+  /** Its own gate's capacity mode and controller (sluice policies), else undefined. */
+  capacity: CapacityRun | undefined;
+}
+
 export interface RunResult {
   policy: PolicyName;
   log: RequestLog;
   series: Series;
+  /** Per pool and class: index pool * CLASS_COUNT + class rank (one pool: by class rank). */
   groups: FairnessGroup[];
-  workers: { name: string; stats: WorkerStats }[];
+  /** `models`: requests sent to the worker, by the model they asked for. */
+  workers: { name: string; stats: WorkerStats; models: Record<string, number> }[];
+  /** Per scenario pool, in its order. */
+  pools: PoolRunResult[];
   promotions: number[];
   clamps: number;
   /** Per class: sum over samples of in-flight, and of the class's entitlement (see report.ts), per window. */
@@ -234,6 +293,24 @@ function codeOf(err: unknown): Outcome {
   throw err;
 }
 
+function capacityRun(gate: Gate): CapacityRun {
+  return {
+    mode: gate.adaptive ? "adaptive" : "static",
+    controller: gate.adaptive?.controller.snapshot(),
+    shedding: gate.shedding?.status(),
+  };
+}
+
+/** Element-wise sum of the gates' per-class counts. */
+function sumOver(gates: readonly Gate[], counts: (gate: Gate) => number[]): number[] {
+  const out = [0, 0, 0, 0];
+  for (const g of gates) {
+    const c = counts(g);
+    for (let r = 0; r < out.length; r++) out[r]! += c[r]!;
+  }
+  return out;
+}
+
 export async function runPolicy(
   scenario: Scenario,
   policyName: PolicyName,
@@ -249,26 +326,30 @@ export async function runPolicy(
   const routeRng = Rng.stream(scenario.seed, "routing");
   const windows = windowsOf(scenario);
   const classesOf = tenantClasses(scenario);
+  // Fair shares are kept per pool and class, as in the gateway: tenants of different pools never
+  // compete for the same slots.
   const groups: FairnessGroup[] = [];
-  for (let r = 0; r < CLASS_COUNT; r++) {
-    const members = tenants.filter((t) => classesOf[t.index]!.includes(r));
-    groups.push(
-      new FairnessGroup(
-        r,
-        members.map((t) => t.index),
-        members.map((t) => t.weight),
-        tenants.length,
-        windows,
-      ),
-    );
+  for (let k = 0; k < scenario.pools.length; k++) {
+    const models = scenario.pools[k]!.models;
+    for (let r = 0; r < CLASS_COUNT; r++) {
+      const members = tenants.filter((t) => models.includes(t.spec.model) && classesOf[t.index]!.includes(r));
+      groups.push(
+        new FairnessGroup(
+          r,
+          members.map((t) => t.index),
+          members.map((t) => t.weight),
+          tenants.length,
+          windows,
+        ),
+      );
+    }
   }
   const sluice = SLUICE_POLICIES.includes(policyName);
   const budgets = sluice
     ? new BudgetBook({ policies: scenario.tenantPolicies, pricing: scenario.pricing, clock })
     : undefined;
-  // Issue 12's gateway features, for the sluice policies: shedding at the door when configured, and
-  // adaptive capacity for sluice-adaptive (and sluice under capacity_mode: adaptive).
-  const shedding = sluice && scenario.shedding ? new LoadShedding(scenario.shedding, clock) : undefined;
+  // Issue 12's gateway features, for the sluice policies, per gate: shedding at the door when
+  // configured, and adaptive capacity for sluice-adaptive (and sluice under capacity_mode: adaptive).
   const adaptiveMode =
     policyName === "sluice-adaptive" || (policyName === "sluice" && scenario.capacity.mode === "adaptive");
 
@@ -314,15 +395,16 @@ export async function runPolicy(
     finished(job, t) {
       const req = job.ref as SimRequest;
       const tokens = req.prompt + req.output;
+      const gate = req.gate!;
       // The gateway's sample at the end of a stream: TTFT from dispatch, then the decode pace.
-      adaptive?.sample({
+      gate.adaptive?.sample({
         kind: "ok",
         ttftMs: req.firstAt - req.admittedAt,
         promptTokens: req.prompt,
         tpotMs: req.output >= 2 ? (t - req.firstAt) / (req.output - 1) : undefined,
       });
-      shedding?.served(classOfRank(req.cls), req.tenant.spec.key, tokens);
-      policy.adjustCost(req.ticket!, tokens);
+      gate.shedding?.served(classOfRank(req.cls), req.tenant.spec.key, tokens);
+      gate.policy.adjustCost(req.ticket!, tokens);
       if (req.hold) budgets!.settle(req.hold, { inputTokens: req.prompt, outputTokens: req.output });
       leaveFleet(req);
       req.ticket!.release();
@@ -341,73 +423,103 @@ export async function runPolicy(
       // A reset or a context-length refusal is no overload signal (the gateway counts only a
       // worker's 429/503 and upstream timeouts); what was served still counts for shedding.
       if (!Number.isNaN(req.firstAt))
-        shedding?.served(classOfRank(req.cls), req.tenant.spec.key, req.estimate);
+        req.gate!.shedding?.served(classOfRank(req.cls), req.tenant.spec.key, req.estimate);
       leaveFleet(req);
       req.ticket!.release();
       end(req, reason, t);
     },
   };
   const workers = scenario.workers.map((w, i) => new Worker(i, w.name, w.profile, clock, listener));
+  /** Per worker: requests sent to it, by the model they asked for. */
+  const servedModels = workers.map(() => new Map<string, number>());
   let pin: number | undefined;
-  const fleetCapacity = () => workers.reduce((s, w) => s + (w.up ? w.profile.maxRunning : 0), 0);
-  // What the workers report (healthy ones only), as the gateway's discovered capacity source.
-  const reported = new CapacityNotifier();
-  const discovered: CapacitySource = {
-    get capacity() {
-      return fleetCapacity();
-    },
-    subscribe: (listener) => reported.subscribe(listener),
+  const healthyCapacity = (ws: readonly Worker[]) =>
+    ws.reduce((s, w) => s + (w.up ? w.profile.maxRunning : 0), 0);
+  const capacityOf = (gate: Omit<Gate, "policy" | "liveCapacity">) =>
+    scenario.capacityPin ?? pin ?? gate.adaptive?.capacity ?? healthyCapacity(gate.workers);
+  const buildGate = (ws: readonly Worker[], poolName: string | undefined): Gate => {
+    // What the workers report (healthy ones only), as the gateway's discovered capacity source.
+    const reported = new CapacityNotifier();
+    const discovered: CapacitySource = {
+      get capacity() {
+        return healthyCapacity(ws);
+      },
+      subscribe: (listener) => reported.subscribe(listener),
+    };
+    const adaptive = adaptiveMode
+      ? new AdaptiveCapacity(
+          discovered,
+          {
+            ...scenario.capacity.tuning,
+            minCapacity: scenario.capacity.minCapacity,
+            // A pool's limit is bounded by what its workers report.
+            maxCapacity:
+              poolName === undefined
+                ? scenario.capacity.maxCapacity
+                : Math.min(scenario.capacity.maxCapacity, healthyCapacity(ws)),
+            tpotSloMs: scenario.capacity.tpotSloMs,
+            ttftSloMs: scenario.capacity.ttftSloMs,
+          },
+          clock,
+        )
+      : undefined;
+    const shedding = sluice && scenario.shedding ? new LoadShedding(scenario.shedding, clock) : undefined;
+    const parts = {
+      adaptive,
+      shedding,
+      workers: ws,
+      reported,
+      inflight: [0, 0, 0, 0],
+      queued: [0, 0, 0, 0],
+    };
+    const start = capacityOf(parts);
+    const gate: Gate = {
+      ...parts,
+      policy: createPolicy(policyName, scenario, start, clock, poolName),
+      liveCapacity: start,
+    };
+    adaptive?.subscribe(() => applyCapacity(gate));
+    return gate;
   };
-  const adaptive = adaptiveMode
-    ? new AdaptiveCapacity(
-        discovered,
-        {
-          ...scenario.capacity.tuning,
-          minCapacity: scenario.capacity.minCapacity,
-          maxCapacity: scenario.capacity.maxCapacity,
-          tpotSloMs: scenario.capacity.tpotSloMs,
-          ttftSloMs: scenario.capacity.ttftSloMs,
-        },
-        clock,
-      )
-    : undefined;
-  const capacity = () => scenario.capacityPin ?? pin ?? adaptive?.capacity ?? fleetCapacity();
-  const policy: AdmissionPolicy = createPolicy(policyName, scenario, capacity(), clock);
-  let liveCapacity = capacity();
-  adaptive?.subscribe(() => applyCapacity());
-  const applyCapacity = () => {
-    const c = capacity();
-    if (c !== liveCapacity) {
-      liveCapacity = c;
-      policy.setCapacity(c);
+  const applyCapacity = (gate: Gate) => {
+    const c = capacityOf(gate);
+    if (c !== gate.liveCapacity) {
+      gate.liveCapacity = c;
+      gate.policy.setCapacity(c);
     }
   };
-  let rr = 0;
-  const route = (): Worker | undefined => {
-    let best: Worker | undefined;
-    if (scenario.routing === "round_robin") {
-      for (let i = 0; i < workers.length; i++) {
-        const w = workers[(rr + i) % workers.length]!;
-        if (w.up) {
-          rr = (rr + i + 1) % workers.length;
-          return w;
-        }
-      }
-      return undefined;
-    }
-    if (scenario.routing === "power_of_two") {
-      const up = workers.filter((w) => w.up);
-      if (up.length === 0) return undefined;
-      const a = up[routeRng.below(up.length)]!;
-      const b = up[routeRng.below(up.length)]!;
-      return b.profile.maxRunning - b.load > a.profile.maxRunning - a.load ? b : a;
-    }
-    for (const w of workers) {
-      if (!w.up) continue;
-      if (best === undefined || w.profile.maxRunning - w.load > best.profile.maxRunning - best.load) best = w;
-    }
-    return best;
-  };
+  // Under the sluice policies one gate per pool; else (or with one pool) one for the fleet.
+  const gatePerPool = sluice && scenario.pools.length > 1;
+  const fleetGate = gatePerPool ? undefined : buildGate(workers, undefined);
+  const pools: PoolRun[] = scenario.pools.map((p, i) => {
+    const pool = new SimPool(
+      i,
+      p.name,
+      p.models,
+      p.workers.map((w) => ({ worker: workers[w]!, models: scenario.workers[w]!.models })),
+      scenario.routing,
+      routeRng,
+    );
+    return {
+      pool,
+      gate: fleetGate ?? buildGate(pool.workers, p.name),
+      inflight: 0,
+      queued: 0,
+      series: { capacity: [], inflight: [], queued: [] },
+    };
+  });
+  const gates: Gate[] = fleetGate ? [fleetGate] : pools.map((p) => p.gate);
+  /** The model -> its pool. */
+  const poolOfModel = new Map<string, PoolRun>();
+  for (const p of pools) for (const m of p.pool.models) poolOfModel.set(m, p);
+  const tenantPool = tenants.map((t) => poolOfModel.get(t.spec.model));
+  // The fleet-wide views (capacity controller, shedding status) follow the largest gate, as the
+  // gateway's fleet-wide series follow its largest pool.
+  const mainGate = gates.reduce((a, b) => (b.liveCapacity > a.liveCapacity ? b : a));
+  const onlyPolicy = gates.length === 1 ? gates[0]!.policy : undefined;
+  const settled = onlyPolicy
+    ? () => onlyPolicy.settled()
+    : () => gates.reduce((n, g) => n + g.policy.settled(), 0);
 
   // --- request lifecycle ---
   let handled = 0;
@@ -421,6 +533,7 @@ export async function runPolicy(
     const ok = outcome === "ok";
     log.add({
       tenant: req.tenant.index,
+      pool: req.pool?.pool.index ?? NO_POOL,
       cls: req.cls,
       outcome: OUTCOME_INDEX[outcome],
       arrival: req.arrival,
@@ -443,13 +556,20 @@ export async function runPolicy(
   };
   const leaveFleet = (req: SimRequest) => {
     inflight[req.cls]!--;
-    adaptive?.inflight(-1);
-    groups[req.cls]!.finished(req.estimate);
+    req.pool!.inflight--;
+    const gate = req.gate!;
+    gate.inflight[req.cls]!--;
+    gate.adaptive?.inflight(-1);
+    req.fair!.finished(req.estimate);
   };
   /** The request left the admission queue (admitted or not): the queue counts and its wait. */
   const leaveQueue = (req: SimRequest, now: number) => {
     queued[req.cls]!--;
-    adaptive?.queued(-1);
+    req.pool!.queued--;
+    const gate = req.gate!;
+    gate.queued[req.cls]!--;
+    gate.adaptive?.queued(-1);
+    const shedding = gate.shedding;
     if (shedding) {
       const cls = classOfRank(req.cls);
       shedding.queue(cls, req.tenant.spec.key, -1);
@@ -461,17 +581,19 @@ export async function runPolicy(
     if (req.job?.worker) req.job.worker.abort(req.job);
     if (req.hold) budgets!.refund(req.hold);
     leaveFleet(req);
-    groups[req.cls]!.undone(req.tenant.index, req.prompt + req.output, clock.now());
+    req.fair!.undone(req.tenant.index, req.prompt + req.output, clock.now());
     end(req, "scheduler_preempted", clock.now());
   };
   const onAdmit = (req: SimRequest, ticket: SimTicket) => {
     handled++;
     const now = clock.now();
-    const g = groups[req.cls]!;
+    const g = req.fair!;
     g.dispatched(req.tenant.index, req.prompt + req.output, req.estimate, now);
     g.left(req.tenant.index, now);
     inflight[req.cls]!++;
-    adaptive?.inflight(1);
+    req.pool!.inflight++;
+    req.gate!.inflight[req.cls]!++;
+    req.gate!.adaptive?.inflight(1);
     leaveQueue(req, now);
     req.state = ADMITTED;
     req.ticket = ticket;
@@ -485,7 +607,7 @@ export async function runPolicy(
     if (wait > cs.waitMaxMs[b]!) cs.waitMaxMs[b] = wait;
     ticket.onPreempt(() => onPreempted(req));
     if (req.state !== ADMITTED) return; // preempted before this reaction ran
-    const worker = route();
+    const worker = req.pool!.pool.route(req.tenant.spec.model);
     if (worker === undefined) {
       if (req.hold) budgets!.refund(req.hold);
       leaveFleet(req);
@@ -495,15 +617,25 @@ export async function runPolicy(
     }
     const job = new Job(req.prompt, req.output, req.maxTokens, req);
     req.job = job;
+    const served = servedModels[worker.index]!;
+    served.set(req.tenant.spec.model, (served.get(req.tenant.spec.model) ?? 0) + 1);
     worker.submit(job);
   };
   const onReject = (req: SimRequest, err: unknown) => {
     handled++;
     const now = clock.now();
-    groups[req.cls]!.left(req.tenant.index, now);
+    req.fair!.left(req.tenant.index, now);
     leaveQueue(req, now);
     if (req.hold) budgets!.refund(req.hold);
-    end(req, codeOf(err), now);
+    let code = codeOf(err);
+    // Queued in a pool whose workers all left: the answer is theirs being gone, not the wait.
+    if (
+      (code === "scheduler_queue_timeout" || code === "admission_queue_timeout") &&
+      !req.pool!.pool.healthy
+    ) {
+      code = "no_healthy_workers";
+    }
+    end(req, code, now);
   };
 
   const arrive = (tenant: TenantRuntime, user: number) => {
@@ -528,8 +660,21 @@ export async function runPolicy(
     live++;
     liveSet.add(req);
     bump(series.classes[m.rank]!.arrivals, now);
+    // The pool of its model, before the tenant's limits, as in the gateway.
+    const pool = tenantPool[tenant.index];
+    if (pool === undefined) {
+      end(req, "model_not_found", now);
+      return;
+    }
+    req.pool = pool;
+    if (!pool.pool.healthy) {
+      end(req, "no_healthy_workers", now);
+      return;
+    }
+    const gate = pool.gate;
+    req.gate = gate;
     if (budgets?.governs(tenant.spec.key)) {
-      const verdict = budgets.check(tenant.spec.key, undefined, {
+      const verdict = budgets.check(tenant.spec.key, tenant.spec.modelNamed, {
         inputTokens: s.estPrompt,
         outputTokens: s.maxTokens,
       });
@@ -540,6 +685,7 @@ export async function runPolicy(
       req.hold = verdict;
     }
     const cs = series.classes[m.rank]!;
+    const shedding = gate.shedding;
     if (shedding) {
       // Shedding at the door, after the budgets and before the queue, as in the gateway.
       const cls = classOfRank(m.rank);
@@ -553,9 +699,12 @@ export async function runPolicy(
       shedding.queue(cls, tenant.spec.key, 1);
     }
     bump(cs.passed, now);
-    adaptive?.queued(1);
+    gate.adaptive?.queued(1);
     queued[m.rank]!++;
-    groups[m.rank]!.queued(tenant.index, now);
+    pool.queued++;
+    gate.queued[m.rank]!++;
+    req.fair = groups[pool.pool.index * CLASS_COUNT + m.rank]!;
+    req.fair.queued(tenant.index, now);
     let signal: AbortSignal | undefined;
     const patience = tenant.spec.patienceMs;
     if (patience !== undefined) {
@@ -566,7 +715,7 @@ export async function runPolicy(
         if (req.state === QUEUED) controller.abort();
       });
     }
-    policy.acquire({ priority: m.requested, tenant: tenant.spec.key, cost: req.estimate, signal }).then(
+    gate.policy.acquire({ priority: m.requested, tenant: tenant.spec.key, cost: req.estimate, signal }).then(
       (ticket) => onAdmit(req, ticket),
       (err) => onReject(req, err),
     );
@@ -610,17 +759,22 @@ export async function runPolicy(
     }
     if (ph.fail) {
       const ws = ph.fail.workers;
+      const touched = gates.filter((g) => ws.some((i) => g.workers.includes(workers[i]!)));
       clock.at(ph.fromMs, () => {
         for (const i of ws) workers[i]!.up = false; // stop routing there first
-        reported.changed(fleetCapacity());
-        applyCapacity();
+        for (const g of touched) {
+          g.reported.changed(healthyCapacity(g.workers));
+          applyCapacity(g);
+        }
         for (const i of ws) workers[i]!.fail();
       });
       if (Number.isFinite(ph.toMs)) {
         clock.at(ph.toMs, () => {
           for (const i of ws) workers[i]!.recover();
-          reported.changed(fleetCapacity());
-          applyCapacity();
+          for (const g of touched) {
+            g.reported.changed(healthyCapacity(g.workers));
+            applyCapacity(g);
+          }
         });
       }
     }
@@ -628,12 +782,12 @@ export async function runPolicy(
       const c = ph.capacity;
       clock.at(ph.fromMs, () => {
         pin = c;
-        applyCapacity();
+        for (const g of gates) applyCapacity(g);
       });
       if (Number.isFinite(ph.toMs)) {
         clock.at(ph.toMs, () => {
           pin = undefined;
-          applyCapacity();
+          for (const g of gates) applyCapacity(g);
         });
       }
     }
@@ -647,7 +801,14 @@ export async function runPolicy(
     const now = clock.now();
     const b = Math.round(now / bucketMs) - 1; // the bucket that just ended
     series.t[b] = (b * bucketMs) / 1000;
+    let liveCapacity = 0;
+    for (const g of gates) liveCapacity += g.liveCapacity;
     series.capacity[b] = liveCapacity;
+    for (const p of pools) {
+      p.series.capacity[b] = gatePerPool ? p.gate.liveCapacity : p.pool.capacity;
+      p.series.inflight[b] = p.inflight;
+      p.series.queued[b] = p.queued;
+    }
     for (let r = 0; r < CLASS_COUNT; r++) {
       const cs = series.classes[r]!;
       while (cs.inflight.length <= b) cs.inflight.push(0);
@@ -663,21 +824,28 @@ export async function runPolicy(
       kv += w.kvTokensUsed / w.profile.kvTokens;
     }
     series.kv[b] = up > 0 ? kv / up : 0;
+    const adaptive = mainGate.adaptive;
     if (adaptive) {
       const snap = adaptive.controller.snapshot();
       series.tpotBaseline[b] = snap.tpotBaselineMs ?? Number.NaN;
       series.tpotP90[b] = snap.tpotP90Ms ?? Number.NaN;
     }
-    // Entitlement of class c: the capacity no higher class holds, by reservation or by use.
-    const reserved = reservations(liveCapacity);
+    // Entitlement of class c: the capacity no higher class holds, by reservation or by use, in
+    // each gate where the class has waiters.
+    const reserved = gates.map((g) => reservations(g.liveCapacity));
     for (const e of entitlement) {
       const w = windows.find((x) => x.name === e.window)!;
-      if (now <= w.fromMs || now > w.toMs || queued[e.cls] === 0) continue;
-      let held = 0;
-      for (let h = e.cls + 1; h < CLASS_COUNT; h++) held += Math.max(reserved[h]!, inflight[h]!);
-      e.inflight += inflight[e.cls]!;
-      e.entitled += Math.max(0, liveCapacity - held);
-      e.samples++;
+      if (now <= w.fromMs || now > w.toMs) continue;
+      let sampled = false;
+      gates.forEach((g, k) => {
+        if (g.queued[e.cls] === 0) return;
+        let held = 0;
+        for (let h = e.cls + 1; h < CLASS_COUNT; h++) held += Math.max(reserved[k]![h]!, g.inflight[h]!);
+        e.inflight += g.inflight[e.cls]!;
+        e.entitled += Math.max(0, g.liveCapacity - held);
+        sampled = true;
+      });
+      if (sampled) e.samples++;
     }
     if (now < endArrivals || live > 0) clock.at(now + bucketMs, tick);
   };
@@ -706,14 +874,18 @@ export async function runPolicy(
   // the run under overload. Restored when the loop ends.
   const stackLimit = Error.stackTraceLimit;
   Error.stackTraceLimit = 0;
-  adaptive?.start();
-  shedding?.start();
+  for (const g of gates) {
+    g.adaptive?.start();
+    g.shedding?.start();
+  }
   try {
     await loop();
   } finally {
     Error.stackTraceLimit = stackLimit;
-    adaptive?.stop();
-    shedding?.stop();
+    for (const g of gates) {
+      g.adaptive?.stop();
+      g.shedding?.stop();
+    }
   }
   async function loop(): Promise<void> {
     for (;;) {
@@ -730,9 +902,9 @@ export async function runPolicy(
       lastT = ev.t;
       ev.fn();
       events++;
-      if (policy.settled() !== handled) {
+      if (settled() !== handled) {
         let spins = 0;
-        while (policy.settled() !== handled) {
+        while (settled() !== handled) {
           await null;
           if (++spins > 1000) throw new Error("simulator: an admission promise did not settle");
         }
@@ -760,6 +932,7 @@ export async function runPolicy(
     const admitted = !Number.isNaN(req.admittedAt);
     log.add({
       tenant: req.tenant.index,
+      pool: req.pool?.pool.index ?? NO_POOL,
       cls: req.cls,
       outcome: OUTCOME_INDEX.unfinished,
       arrival: req.arrival,
@@ -776,15 +949,20 @@ export async function runPolicy(
     log,
     series,
     groups,
-    workers: workers.map((w) => ({ name: w.name, stats: w.stats })),
-    promotions: policy.promotions(),
-    clamps: policy.clamps(),
+    workers: workers.map((w, i) => ({
+      name: w.name,
+      stats: w.stats,
+      models: Object.fromEntries([...servedModels[i]!].sort(([a], [b]) => (a < b ? -1 : a > b ? 1 : 0))),
+    })),
+    pools: pools.map((p) => ({
+      name: p.pool.name,
+      series: p.series,
+      capacity: gatePerPool ? capacityRun(p.gate) : undefined,
+    })),
+    promotions: sumOver(gates, (g) => g.policy.promotions()),
+    clamps: gates.reduce((n, g) => n + g.policy.clamps(), 0),
     entitlement,
-    capacity: {
-      mode: adaptive ? "adaptive" : "static",
-      controller: adaptive?.controller.snapshot(),
-      shedding: shedding?.status(),
-    },
+    capacity: capacityRun(mainGate),
     endMs: finalT,
     events,
   };

@@ -27,6 +27,7 @@ import {
   type TenantPolicy,
 } from "../core/config.js";
 import { ConfigError } from "../core/errors.js";
+import { formPools } from "../gateway/pool-formation.js";
 import { EventQueue, SimClock } from "./clock.js";
 import { type KvPolicy, PROFILE_NAMES, WORKER_PROFILES, type WorkerProfile } from "./profiles.js";
 import { type LengthSpec, loadTrace, type Trace } from "./workload.js";
@@ -69,6 +70,23 @@ export type MetricName = (typeof METRICS)[number];
 export const FLEET_METRICS: readonly MetricName[] = ["convergence_secs", "limit_median", "tpot_baseline_ms"];
 /** Metrics over every class when an expectation gives none. */
 export const ANY_CLASS_METRICS: readonly MetricName[] = ["goodput_rps", "tpot_p99_ms"];
+/** Fairness among a class's tenants, kept per model pool. */
+export const FAIRNESS_METRICS: readonly MetricName[] = [
+  "weighted_share_error",
+  "jain_index",
+  "service_gap_vtc_ratio",
+];
+/** Metrics an expectation may measure in one model's pool (`model:`); without a class, over its classes. */
+export const POOL_METRICS: readonly MetricName[] = [
+  ...FAIRNESS_METRICS,
+  "queue_wait_p99_ms",
+  "queue_wait_p50_ms",
+  "ttft_p99_ms",
+  "e2e_p99_ms",
+  "rejected_fraction",
+  "slo_attainment",
+  "tpot_p99_ms",
+];
 
 // --- schema ------------------------------------------------------------------------------------
 
@@ -100,6 +118,7 @@ const posNum = () => num().gt(0, "must be > 0");
 const nonNegNum = () => num().min(0, "must be >= 0");
 const posInt = () => num().int("must be an integer").min(1, "must be >= 1");
 const nonNegInt = () => num().int("must be an integer").min(0, "must be >= 0");
+const modelName = () => z.string({ error: "must be a model name" }).min(1, "must not be empty");
 const classEnum = z.enum(PRIORITY_CLASSES, {
   error: () => `must be one of ${PRIORITY_CLASSES.join(", ")}`,
 });
@@ -177,6 +196,7 @@ const tenantSchema = z.strictObject({
     .optional(),
   patience: positiveSecs.optional(),
   sessions: posInt().optional(),
+  model: modelName().optional(),
 });
 
 const workerRef = z.union([nonNegInt(), z.string()]);
@@ -197,6 +217,10 @@ const workerGroupSchema = z.strictObject({
     .tuple([posNum(), nonNegNum(), nonNegNum()], { error: "must be [beta0, beta1, beta2] in microseconds" })
     .optional(),
   kv_policy: z.enum(["recompute", "reserve"], { error: () => "must be recompute or reserve" }).optional(),
+  models: z
+    .array(modelName(), { error: "must be a list of model names" })
+    .min(1, "must list at least one model")
+    .optional(),
 });
 
 const phaseSchema = z.strictObject({
@@ -235,6 +259,7 @@ const expectSchema = z
     max: num().optional(),
     min: num().optional(),
     label: z.string().optional(),
+    model: modelName().optional(),
   })
   .refine((e) => e.max !== undefined || e.min !== undefined, { message: "give max or min" });
 
@@ -317,6 +342,7 @@ export const scenarioSchema = z.strictObject({
     .refine((s) => !Number.isNaN(Date.parse(s)), "must be an ISO date, e.g. 2026-01-05T00:00:00Z")
     .optional(),
   workers: z.array(workerGroupSchema).min(1, "must list at least one worker"),
+  default_model: modelName().optional(),
   routing: z.enum(ROUTINGS, { error: () => `must be one of ${ROUTINGS.join(", ")}` }).optional(),
   tenants: z.array(tenantSchema).min(1, "must list at least one tenant"),
   phases: z.array(phaseSchema).optional(),
@@ -378,6 +404,7 @@ export function expectationLabel(
   max: number | undefined,
   during: string | undefined,
   relativeTo?: string | undefined,
+  model?: string | undefined,
 ): string {
   const pc = (v: number) => `${Math.round(v * 1000) / 10}%`;
   const msf = (v: number) => `${v} ms`;
@@ -408,7 +435,8 @@ export function expectationLabel(
     .join(" and ");
   const rel =
     relativeTo === undefined ? "" : ` (relative to ${relativeTo === "all" ? "the whole run" : relativeTo})`;
-  return `${cls ?? "fleet"} ${what}${rel} ${bounds}${during ? ` during ${during}` : ""}`;
+  const who = model === undefined ? (cls ?? "fleet") : `${model} ${cls ?? "(all classes)"}`;
+  return `${who} ${what}${rel} ${bounds}${during ? ` during ${during}` : ""}`;
 }
 
 // --- resolution --------------------------------------------------------------------------------
@@ -417,6 +445,18 @@ export interface ResolvedWorker {
   name: string;
   profileName: string;
   profile: WorkerProfile;
+  /** The models it serves (`models`, else the default model). */
+  models: string[];
+}
+
+/** A model pool: the workers that serve a connected group of models (gateway/pool-formation.ts). */
+export interface ScenarioPool {
+  /** Its alphabetically first model. */
+  name: string;
+  /** Sorted. */
+  models: string[];
+  /** Indexes into `workers`, ascending. */
+  workers: number[];
 }
 
 export interface ResolvedTenant {
@@ -437,6 +477,10 @@ export interface ResolvedTenant {
   patienceMs: number | undefined;
   /** Session ids its requests carry (the keyed-shedding header), or undefined for none. */
   sessions: number | undefined;
+  /** The model its requests ask for (`model`, else the default model). */
+  model: string;
+  /** The body's `model` as the tenant sends it (undefined: none, routed by the default model). */
+  modelNamed: string | undefined;
 }
 
 export interface ResolvedPhase {
@@ -459,6 +503,8 @@ export interface Expectation {
   max: number | undefined;
   min: number | undefined;
   label: string;
+  /** Measured in this model's pool only (POOL_METRICS). */
+  model: string | undefined;
 }
 
 export interface Slo {
@@ -478,6 +524,10 @@ export interface Scenario {
   drainMs: number;
   epochStartMs: number;
   workers: ResolvedWorker[];
+  /** What workers that list no `models` serve, and tenants that name none ask for. */
+  defaultModel: string;
+  /** The model pools the workers form, sorted by name (one for a scenario that names no models). */
+  pools: ScenarioPool[];
   routing: Routing;
   tenants: ResolvedTenant[];
   phases: ResolvedPhase[];
@@ -518,6 +568,9 @@ export interface ScenarioOverrides {
   durationSecs?: number | undefined;
   policies?: PolicyName[] | undefined;
 }
+
+/** The model of workers that list no `models` and tenants that name none, when `default_model` is not given. */
+export const DEFAULT_MODEL = "default";
 
 const DEFAULT_SLO: Record<PriorityClass, Slo> = {
   system: { ttftMs: 1000, tpotMs: 100 },
@@ -567,8 +620,12 @@ export function resolveScenario(
   const durationMs = durationSecs * 1000;
 
   // Workers: groups expand to w0, w1, ... (or <name>-0, <name>-1 for a named group).
+  const defaultModel = s.default_model ?? DEFAULT_MODEL;
   const workers: ResolvedWorker[] = [];
-  s.workers.forEach((g) => {
+  s.workers.forEach((g, gi) => {
+    const models = g.models ?? [defaultModel];
+    const dup = models.findIndex((m, j) => models.indexOf(m) !== j);
+    if (dup >= 0) throw new ConfigError(at(`workers.${gi}.models.${dup}`), `duplicate model ${models[dup]}`);
     const base = WORKER_PROFILES[g.profile]!;
     const profile: WorkerProfile = {
       beta0: g.beta?.[0] ?? base.beta0,
@@ -582,9 +639,14 @@ export function resolveScenario(
     const count = g.count ?? 1;
     for (let i = 0; i < count; i++) {
       const name = g.name !== undefined ? `${g.name}-${i}` : `w${workers.length}`;
-      workers.push({ name, profileName: g.profile, profile });
+      workers.push({ name, profileName: g.profile, profile, models });
     }
   });
+  // Pools form as in the gateway: models that share a worker share a pool.
+  const pools: ScenarioPool[] = formPools(workers.map((w) => ({ kind: "models", models: w.models }))).map(
+    (p) => ({ name: p.name, models: p.models, workers: p.workers }),
+  );
+  const poolNames = pools.map((p) => p.name).join(", ");
   const workerIndex = (ref: string | number, path: string): number => {
     if (typeof ref === "number") {
       if (ref >= workers.length)
@@ -713,6 +775,14 @@ export function resolveScenario(
     if (t.diurnal !== undefined && a.process === "closed") {
       throw new ConfigError(at(`${path}.diurnal`), "applies to open-loop arrivals (poisson, bursty) only");
     }
+    // A model no worker serves is simulated (its requests end model_not_found); leaving the model
+    // out when no worker serves the default one is a mistake in the scenario.
+    if (t.model === undefined && !pools.some((p) => p.models.includes(defaultModel))) {
+      throw new ConfigError(
+        at(`${path}.model`),
+        `is required: no worker serves the default model ${defaultModel} (the pools are ${poolNames}); name a model or set default_model`,
+      );
+    }
     return {
       name: t.name,
       key,
@@ -730,6 +800,8 @@ export function resolveScenario(
       promptEstimateError: t.prompt_estimate_error ?? 0,
       patienceMs: t.patience !== undefined ? t.patience * 1000 : undefined,
       sessions: t.sessions,
+      model: t.model ?? defaultModel,
+      modelNamed: t.model,
     };
   });
   let tenantPolicies: ReadonlyMap<string, TenantPolicy>;
@@ -774,6 +846,12 @@ export function resolveScenario(
         }
       });
     }
+    if (p.capacity !== undefined && pools.length > 1) {
+      throw new ConfigError(
+        at(`${path}.capacity`),
+        `pins one capacity, and the workers form several model pools (${poolNames}), each with its own`,
+      );
+    }
     return {
       name,
       fromMs,
@@ -790,18 +868,36 @@ export function resolveScenario(
 
   // The reservations must fit the capacity the schedulers start with, as at the gateway's startup.
   const policyNames = overrides.policies ?? s.policies ?? [...DEFAULT_POLICIES];
-  const startCapacity = pol.capacity ?? workers.reduce((sum, w) => sum + w.profile.maxRunning, 0);
-  const reserved = PRIORITY_CLASSES.map((c) => requiredReservation(settings.classes[c], startCapacity));
-  const totalReserved = reserved.reduce((a, b) => a + b, 0);
-  if (policyNames.some((p) => p !== "fifo") && totalReserved > startCapacity) {
+  if (pol.capacity !== undefined && pools.length > 1) {
+    throw new ConfigError(
+      at("policy.capacity"),
+      `pins one capacity, and the workers form several model pools (${poolNames}), each with its own`,
+    );
+  }
+  const capacityOf = (ws: readonly number[]) =>
+    ws.reduce((sum, w) => sum + workers[w]!.profile.maxRunning, 0);
+  const startCapacity = pol.capacity ?? capacityOf(workers.map((_, i) => i));
+  const reservationsFit = (capacity: number, whose: string) => {
+    const reserved = PRIORITY_CLASSES.map((c) => requiredReservation(settings.classes[c], capacity));
+    const totalReserved = reserved.reduce((a, b) => a + b, 0);
+    if (totalReserved <= capacity) return;
     const parts = [...PRIORITY_CLASSES]
       .reverse()
       .map((c) => `${c} ${reserved[PRIORITY_CLASSES.indexOf(c)]}`)
       .join(", ");
     throw new ConfigError(
       at("policy"),
-      `the classes' reservations total ${totalReserved} (${parts}), more than the fleet's capacity of ${startCapacity}: the gateway would fall back to legacy admission; lower reserved_floor / reserved_per_slot or add workers`,
+      `the classes' reservations total ${totalReserved} (${parts}), more than ${whose} capacity of ${capacity}: the gateway would fall back to legacy admission; lower reserved_floor / reserved_per_slot or add workers`,
     );
+  };
+  // strict has one scheduler for the fleet (the reference has no pools); sluice one per pool.
+  if (pools.length === 1) {
+    if (policyNames.some((p) => p !== "fifo")) reservationsFit(startCapacity, "the fleet's");
+  } else {
+    if (policyNames.includes("strict")) reservationsFit(startCapacity, "the fleet's");
+    if (policyNames.some((p) => SLUICE_POLICIES.includes(p))) {
+      for (const p of pools) reservationsFit(capacityOf(p.workers), `pool ${p.name}'s`);
+    }
   }
 
   const slo = { ...DEFAULT_SLO };
@@ -810,6 +906,21 @@ export function resolveScenario(
   }
 
   const capacity = capacitySettings(pol, gw.capacity, startCapacity, policyNames, at);
+  const adaptiveRuns =
+    policyNames.includes("sluice-adaptive") ||
+    (capacity.mode === "adaptive" && policyNames.includes("sluice"));
+  if (pools.length > 1 && adaptiveRuns) {
+    // Each pool has its own controller, bounded by the pool's reported capacity.
+    for (const p of pools) {
+      const c = capacityOf(p.workers);
+      if (capacity.minCapacity > Math.min(c, capacity.maxCapacity)) {
+        throw new ConfigError(
+          keyPath(pol, "adaptive_min_capacity", at),
+          `must be <= each pool's reported capacity (${capacity.minCapacity} > ${c}, pool ${p.name}), the bound of its adaptive limit`,
+        );
+      }
+    }
+  }
   const shedding = sheddingSettings(pol, gw.capacity, at);
 
   const expectations: Expectation[] = (s.expect ?? []).map((e, i) => {
@@ -822,7 +933,30 @@ export function resolveScenario(
     if (e.class !== undefined && FLEET_METRICS.includes(e.metric)) {
       throw new ConfigError(at(`expect.${i}.class`), `${e.metric} is measured over the fleet: give no class`);
     }
-    if (e.class === undefined && !FLEET_METRICS.includes(e.metric) && !ANY_CLASS_METRICS.includes(e.metric)) {
+    if (e.model !== undefined) {
+      if (!POOL_METRICS.includes(e.metric)) {
+        throw new ConfigError(
+          at(`expect.${i}.model`),
+          `${e.metric} is measured over the fleet, not per model`,
+        );
+      }
+      if (!pools.some((p) => p.models.includes(e.model!))) {
+        throw new ConfigError(
+          at(`expect.${i}.model`),
+          `no worker serves ${e.model} (the pools are ${poolNames})`,
+        );
+      }
+    } else if (pools.length > 1 && FAIRNESS_METRICS.includes(e.metric)) {
+      throw new ConfigError(
+        at(`expect.${i}.model`),
+        `is required for ${e.metric}: fair shares are kept per model pool (${poolNames})`,
+      );
+    }
+    const classOptional =
+      FLEET_METRICS.includes(e.metric) ||
+      ANY_CLASS_METRICS.includes(e.metric) ||
+      (e.model !== undefined && !FAIRNESS_METRICS.includes(e.metric));
+    if (e.class === undefined && !classOptional) {
       throw new ConfigError(at(`expect.${i}.class`), `is required for ${e.metric}`);
     }
     return {
@@ -832,7 +966,8 @@ export function resolveScenario(
       relativeTo: e.relative_to,
       max: e.max,
       min: e.min,
-      label: e.label ?? expectationLabel(e.metric, e.class, e.min, e.max, e.during, e.relative_to),
+      label: e.label ?? expectationLabel(e.metric, e.class, e.min, e.max, e.during, e.relative_to, e.model),
+      model: e.model,
     };
   });
 
@@ -845,6 +980,8 @@ export function resolveScenario(
     drainMs: (s.drain ?? 600) * 1000,
     epochStartMs: Date.parse(s.start ?? "2026-01-05T00:00:00Z"),
     workers,
+    defaultModel,
+    pools,
     routing: s.routing ?? "least_loaded",
     tenants,
     phases,

@@ -1,10 +1,11 @@
 /**
  * The terminal summary of a report: per policy and class, requests, completions, rejections,
- * queue wait, TTFT and throughput; fairness per class; the scenario's expectations per policy.
+ * queue wait, TTFT and throughput; per model pool (with several) its admissions, queue wait and
+ * goodput; fairness per class; the scenario's expectations per policy.
  */
 import { CLASSES_HIGH_TO_LOW } from "../core/class.js";
 import type { CapacityWindow } from "./capacity-report.js";
-import type { Report } from "./report.js";
+import type { PolicyReport, PoolStats, Report } from "./report.js";
 import type { PolicyName } from "./scenario.js";
 
 function pad(cells: string[][]): string {
@@ -96,26 +97,75 @@ export function summaryTable(report: Report): string {
   out.push(pad(rows));
   out.push("", "latencies in ms; goodput = requests that completed within their class's SLO");
 
+  if (s.pools !== undefined) {
+    const poolRows: string[][] = [
+      [
+        "policy",
+        "pool",
+        "window",
+        "requests",
+        "admitted",
+        "rejected",
+        "wait p50",
+        "wait p99",
+        "goodput",
+        "queued max",
+      ],
+    ];
+    for (const p of policies) {
+      const pools = report.policies[p]!.pools ?? {};
+      for (const [name, x] of Object.entries(pools)) {
+        const windows: [string, PoolStats][] = [["all", x], ...Object.entries(x.phases)];
+        for (const [w, st] of windows) {
+          const rej = Object.values(st.rejected).reduce((a, b) => a + (b ?? 0), 0);
+          poolRows.push([
+            p,
+            name,
+            w,
+            String(st.requests),
+            String(st.admitted),
+            rej > 0 ? `${rej} (${pct(rej / st.requests)})` : "0",
+            ms(st.queue_wait_ms.p50),
+            ms(st.queue_wait_ms.p99),
+            pct(st.slo_attainment),
+            w === "all" ? String(x.queued_max) : "",
+          ]);
+        }
+      }
+    }
+    out.push(
+      "",
+      `model pools (${s.pools.map((p) => `${p.name}: ${p.models.join(", ")} on ${p.workers.length} workers`).join("; ")}); sluice admits per pool, fifo and strict for the fleet:`,
+      pad(poolRows),
+    );
+  }
+
   const fairRows: string[][] = [
     ["policy", "class", "backlogged", "share error", "jain", "gap / VTC bound", "shares (weight)"],
   ];
   for (const p of policies) {
     const r = report.policies[p]!;
-    for (const c of CLASSES_HIGH_TO_LOW) {
-      const f = r.fairness.all?.[c];
-      if (!f) continue;
-      fairRows.push([
-        p,
-        c,
-        `${f.backlogged_s} s`,
-        pct(f.share_error),
-        f.jain_index === null ? "-" : f.jain_index.toFixed(3),
-        f.service_gap_vtc_ratio === null ? "-" : `${f.service_gap_vtc_ratio.toFixed(2)}`,
-        Object.entries(f.tenants)
-          .map(([t, x]) => `${t} ${pct(x.share)} (${x.weight})`)
-          .join(", "),
-      ]);
-    }
+    // With several pools, fairness is per pool: rows read "<pool>/<class>".
+    const scopes: [string, PolicyReport["fairness"]][] =
+      r.pools === undefined
+        ? [["", r.fairness]]
+        : Object.entries(r.pools).map(([n, x]) => [`${n}/`, x.fairness]);
+    for (const [scope, fairness] of scopes)
+      for (const c of CLASSES_HIGH_TO_LOW) {
+        const f = fairness.all?.[c];
+        if (!f) continue;
+        fairRows.push([
+          p,
+          `${scope}${c}`,
+          `${f.backlogged_s} s`,
+          pct(f.share_error),
+          f.jain_index === null ? "-" : f.jain_index.toFixed(3),
+          f.service_gap_vtc_ratio === null ? "-" : `${f.service_gap_vtc_ratio.toFixed(2)}`,
+          Object.entries(f.tenants)
+            .map(([t, x]) => `${t} ${pct(x.share)} (${x.weight})`)
+            .join(", "),
+        ]);
+      }
   }
   if (fairRows.length > 1)
     out.push("", "fairness while every tenant of the class is backlogged:", pad(fairRows));

@@ -17,7 +17,13 @@
  * so the worker plans them as one "macro step" of k iterations and schedules a single event at its
  * end; an arrival in the middle cuts the macro step at the end of the iteration in progress. Decoding
  * requests sit in a heap by the iteration they finish in, so no per-token work is ever done.
+ *
+ * Prefix cache (the mock worker's model, src/mock-worker/prefix-cache.ts): with a profile's
+ * `prefixCacheTokens` and a job's `prefixBlocks` (chained keys of its prompt's 16-token blocks), the
+ * prompt's leading blocks found in the worker's cache when it arrives are not prefilled (at least
+ * one token is), so its first token comes sooner; their KV still counts as the request's.
  */
+import { PrefixCache } from "../mock-worker/prefix-cache.js";
 import type { SimClock, SimEvent } from "./clock.js";
 import type { WorkerProfile } from "./profiles.js";
 
@@ -32,6 +38,10 @@ export class Job {
   state = GONE;
   /** Tokens the current prefill must process (the prompt, plus the output so far after a recompute). */
   prefillTarget = 0;
+  /** Chained keys of the prompt's full 16-token blocks, for the worker's prefix cache (optional). */
+  prefixBlocks: readonly number[] | undefined;
+  /** Prompt tokens found in the prefix cache when the job arrived (not prefilled, still in the KV). */
+  cached = 0;
   prefilled = 0;
   /** Prefill tokens per iteration in the current macro step. */
   chunk = 0;
@@ -192,6 +202,8 @@ export interface WorkerStats {
   prefillTokens: number;
   decodeTokens: number;
   completed: number;
+  /** Prompt tokens found in the prefix cache (not prefilled). */
+  cachedTokens: number;
 }
 
 export class Worker {
@@ -205,7 +217,9 @@ export class Worker {
     prefillTokens: 0,
     decodeTokens: 0,
     completed: 0,
+    cachedTokens: 0,
   };
+  private readonly prefixCache: PrefixCache | undefined;
   private readonly waiting = new JobList();
   private readonly running = new JobList();
   private prefilling: Job[] = [];
@@ -229,7 +243,10 @@ export class Worker {
     readonly profile: WorkerProfile,
     private readonly clock: SimClock,
     private readonly listener: WorkerListener,
-  ) {}
+  ) {
+    const cacheTokens = profile.prefixCacheTokens ?? 0;
+    this.prefixCache = cacheTokens > 0 ? new PrefixCache(cacheTokens) : undefined;
+  }
 
   /** Requests on this worker, running or queued (what routing balances). */
   get load(): number {
@@ -260,6 +277,13 @@ export class Worker {
     job.worker = this;
     job.state = WAITING;
     job.prefillTarget = job.prompt;
+    job.cached = 0;
+    if (this.prefixCache !== undefined && job.prefixBlocks !== undefined) {
+      // The last prompt token is always computed: its forward pass makes the first output token.
+      job.cached = Math.min(this.prefixCache.serve(job.prefixBlocks, job.prompt), job.prompt - 1);
+      job.prefillTarget = job.prompt - job.cached;
+      this.stats.cachedTokens += job.cached;
+    }
     job.prefilled = 0;
     job.genBase = 0;
     this.waiting.pushBack(job);
@@ -327,7 +351,7 @@ export class Worker {
 
   private kvOf(job: Job): number {
     if (this.profile.kvPolicy === "reserve") return job.kvHeld;
-    return job.prefillTarget + (job.state === DECODE ? this.iter - job.decodeStart : 0);
+    return job.cached + job.prefillTarget + (job.state === DECODE ? this.iter - job.decodeStart : 0);
   }
 
   private leaveRunning(job: Job): void {
@@ -364,6 +388,8 @@ export class Worker {
       victim.state === DECODE ? victim.genBase + (this.iter - victim.decodeStart + 1) : victim.genBase;
     this.leaveRunning(victim);
     victim.genBase = generated;
+    // A recompute starts over, the cached prefix included (its blocks went with the request's).
+    victim.cached = 0;
     victim.prefillTarget = victim.prompt + generated;
     victim.prefilled = 0;
     victim.state = WAITING;
@@ -391,7 +417,7 @@ export class Worker {
     // head that does not fit blocks the rest, as in vLLM).
     while (budget > 0 && this.waiting.head !== null && this.running.size < p.maxRunning) {
       const job = this.waiting.head;
-      const need = recompute ? job.prefillTarget : job.prompt + job.maxTokens;
+      const need = recompute ? job.cached + job.prefillTarget : job.prompt + job.maxTokens;
       if (this.kvUsed + need > p.kvTokens) break;
       this.waiting.remove(job);
       job.state = PREFILL;

@@ -18,6 +18,10 @@ export interface AdmissionRequest {
   cost: number;
   /** Firing it while queued leaves the queue (client gone). */
   signal: CancelSignal | undefined;
+  /** The request's id (`X-Request-Id`): a shared backend keys the budget hold's idempotence on it. */
+  requestId?: string | undefined;
+  /** The budget hold the policy stage took, for a backend that reserves it with the admission. */
+  hold?: unknown;
 }
 
 /** What a request holds from admission until its lease ends; read-only to the holder. */

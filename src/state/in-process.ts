@@ -89,6 +89,8 @@ export interface InProcessOptions {
   observer?: SchedulerObserver | undefined;
   clock: Clock;
   logger: Logger;
+  /** No "priority scheduler enabled" line (a model pool's backend: the gateway logs it once). */
+  quiet?: boolean | undefined;
 }
 
 export function createInProcessBackend(options: InProcessOptions): AdmissionBackend {
@@ -104,7 +106,8 @@ export function createInProcessBackend(options: InProcessOptions): AdmissionBack
       clock: options.clock,
       ...(options.observer ? { observer: options.observer } : {}),
     });
-    options.logger.info({ capacity: options.capacity }, "priority scheduler enabled");
+    if (options.quiet !== true)
+      options.logger.info({ capacity: options.capacity }, "priority scheduler enabled");
     return new SchedulerBackend(scheduler);
   } catch (err) {
     const reason = (err as Error).message;

@@ -203,6 +203,34 @@ describe("parseGatewayArgs: merge rules", () => {
     ]);
   });
 
+  test("model pools in the gateway YAML: workers[].models, default_model, pools.<model>.classes", async (t) => {
+    const file = await writeTempFile(
+      t,
+      "pools.yaml",
+      [
+        "workers:",
+        "  - {url: 'http://w1:8000', models: [llama-3-70b]}",
+        "  - {url: 'http://w2:8000'}",
+        "default_model: llama-3-8b",
+        "pools:",
+        "  llama-3-70b:",
+        "    classes:",
+        "      bulk: {queue_size: 16, queue_timeout_secs: 60}",
+      ].join("\n"),
+    );
+    const flags = parseGatewayArgs(["--config", file]);
+    assert.deepEqual(
+      flags.workers.map((w) => [w.url, w.models]),
+      [
+        ["http://w1:8000", ["llama-3-70b"]],
+        ["http://w2:8000", undefined],
+      ],
+    );
+    assert.equal(flags.defaultModel, "llama-3-8b");
+    assert.deepEqual(flags.pools, { "llama-3-70b": { bulk: { queue_size: 16, queue_timeout_secs: 60 } } });
+    assert.equal(parseGatewayArgs(["--worker-urls", "http://w:1", "--default-model", "m"]).defaultModel, "m");
+  });
+
   test("file values go through the flag's own parser; errors name the file key", async (t) => {
     const bad = async (yaml: string, pattern: RegExp) => {
       const file = await writeTempFile(t, "gateway.yaml", `worker_urls: [http://w:1]\n${yaml}\n`);
@@ -216,6 +244,21 @@ describe("parseGatewayArgs: merge rules", () => {
     await bad("config: other.yaml", /config: a config file cannot name another config file/);
     await bad("workers: [{url: 'http://w:1', capacity: 0}]", /workers\.0\.capacity/);
     await bad("api_keys: [{sha256: abc}]", /api_keys\.0\.tenant/);
+    await bad(
+      "workers: [{url: 'http://w:1', models: []}]",
+      /workers\.0\.models: must name at least one model/,
+    );
+    await bad(
+      "workers: [{url: 'http://w:1', models: llama}]",
+      /workers\.0\.models: must be a list of model names/,
+    );
+    await bad("pools: {llama: {classes: {urgent: {queue_size: 1}}}}", /pools\.llama\.classes/);
+    await bad("pools: {llama: {queue_size: 1}}", /pools\.llama/);
+    await bad(
+      "pools: {llama: {classes: {bulk: {queue_size: -1}}}}",
+      /pools\.llama\.classes\.bulk\.queue_size/,
+    );
+    await bad("default_model: ''", /default_model: must be a model name/);
 
     // The class flag is parsed like the header: an unknown value falls back to default.
     const lenient = await writeTempFile(

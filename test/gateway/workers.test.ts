@@ -7,6 +7,7 @@ import assert from "node:assert/strict";
 import { describe, test } from "node:test";
 import { ManualClock } from "../../src/core/clock.js";
 import {
+  assertError,
   assertOk,
   HEALTH_INTERVAL_MS,
   LEVEL_WARN,
@@ -82,7 +83,7 @@ describe("gateway workers: health and capacity", () => {
     assert.equal(metric(s, "sluice_capacity"), 72);
   });
 
-  test("with no healthy worker the capacity falls back to --max-concurrent-requests; readiness 503", async (t) => {
+  test("with no healthy worker the pool's capacity is 0, a new request gets 503 no_healthy_workers at once; readiness 503", async (t) => {
     const clock = new ManualClock();
     const fleet = await startFleet(t, {
       workers: [{ maxRunningRequests: 4 }],
@@ -93,7 +94,9 @@ describe("gateway workers: health and capacity", () => {
     assert.equal(fleet.snapshot().capacity, 4);
     fleet.workers[0]!.setHealthy(false);
     clock.advance(HEALTH_INTERVAL_MS);
-    await waitFor(() => fleet.snapshot().capacity === 50, "fallback capacity");
+    await waitFor(() => fleet.snapshot().capacity === 0, "no capacity without a healthy worker");
+    assertError(await fleet.chat(), 503, "no_healthy_workers");
+    assert.equal(fleet.snapshot().inflight + fleet.snapshot().queued, 0, "nothing was admitted or queued");
     const ready = await fleet.send("/readiness");
     assert.equal(ready.status, 503);
     assert.equal(JSON.parse(ready.text).healthy_workers, 0);

@@ -53,7 +53,8 @@ const HUNDRED = { max_tokens: 97 };
 
 async function outcomesStack(t: Parameters<typeof startFleet>[0], clock: ManualClock): Promise<Fleet> {
   return startFleet(t, {
-    workers: [{ maxRunningRequests: 1 }],
+    // It serves the model the restricted tenant may use, so that request is routed, not 404.
+    workers: [{ maxRunningRequests: 1, servedModels: ["mock-llm", "other-model"] }],
     schedulerYaml: schedulerDoc({ classes: { bulk: { queue_size: 1 } }, tenant_policies: POLICIES }),
     tenants: TENANTS,
     gateway: { requireAuth: true, clock },

@@ -1,0 +1,53 @@
+/**
+ * `session`: consistent hashing on a request header (`--session-header`, default `x-session-id`), so
+ * every request of a session goes to the same worker while it is a candidate. Rendezvous hashing on
+ * the worker URLs: the same on every gateway replica, and when a worker leaves only its sessions
+ * move (each to the worker that scored next for it). No overload gate: a session's affinity is the
+ * point. A request without the header goes to the less loaded of two random candidates.
+ */
+import { fnv1a, rendezvousPick } from "./hash.js";
+import type {
+  ChoiceCounter,
+  RoutingCandidate,
+  RoutingObserver,
+  RoutingPolicy,
+  RoutingRequest,
+} from "./policy.js";
+import { lessLoadedOfTwo } from "./power-of-two.js";
+
+export class SessionPolicy<W extends RoutingCandidate> implements RoutingPolicy<W> {
+  readonly name = "session";
+  private readonly header: string;
+  private readonly hashed: ChoiceCounter;
+  private readonly noSession: ChoiceCounter;
+  private readonly only: ChoiceCounter;
+
+  constructor(
+    header: string,
+    observer: RoutingObserver,
+    private readonly random: () => number = Math.random,
+  ) {
+    // Node hands header names over in lowercase.
+    this.header = header.toLowerCase();
+    this.hashed = observer.choices(this.name, "session");
+    this.noSession = observer.choices(this.name, "no_session");
+    this.only = observer.choices(this.name, "only_candidate");
+  }
+
+  choose(candidates: readonly W[], request: RoutingRequest): W | undefined {
+    const n = candidates.length;
+    if (n <= 1) {
+      if (n === 1) this.only.inc();
+      return candidates[0];
+    }
+    const key = request.header(this.header);
+    if (key === undefined || key === "") {
+      this.noSession.inc();
+      return lessLoadedOfTwo(candidates, this.random);
+    }
+    this.hashed.inc();
+    return rendezvousPick(candidates, fnv1a(key));
+  }
+
+  onWorkerRemoved(): void {}
+}

@@ -1,0 +1,276 @@
+/**
+ * The Lua every admission script starts with: one pool's keys, the class settings, the counters,
+ * the reservation rule, leases, tickets, shared fair tags and the dispatcher. Each script is this
+ * preamble plus its own body, run atomically by Redis (one round trip per decision).
+ *
+ * The rules are the core's (src/core/slots.ts, src/core/engine.ts), written again in Lua because
+ * Redis runs them: headroom(c) = capacity - total - sum over classes h above c of
+ * max(0, reserved_h - inflight_h); reservation = max(floor, ceil(per_slot * capacity)), clamped to
+ * the live capacity highest class first; starvation pass first (reservations ignored, capacity
+ * binding), then strict priority; no queue jumping.
+ *
+ * KEYS (all under one hash tag, see keys.ts):
+ *   1 st (hash: epoch cap pin t i0..i3 seq)   2 capd (hash replica -> reported capacity)
+ *   3 leases (zset id -> expiry ms)            4 lmeta (hash id -> rank|replica|units|weight|seq|tenant)
+ *   5 claims (hash victim lease -> preemptor ticket)
+ *   6 rl (hash replica -> leases held)         7 replicas (zset replica -> heartbeat expiry ms)
+ *   8 rinfo (hash replica -> info)             9..12 pre0..3 (zset lease -> admission seq)
+ *   13..16 q0..3 (zset ticket -> fair tag)     17..20 qa0..3 (zset ticket -> enqueue ms)
+ *   21 tmeta (hash ticket -> rank|req|replica|units|weight|enq|tag|tenant)
+ *   22..25 vt0..3 (hash tenant -> last fair tag; field "~floor" = the class's virtual time)
+ *   26 bud, 27 breq: the tenant's budget and the request's hold (admit, release and cancel only)
+ * ARGV 1 lease ms, 2 replica TTL ms, 3..18 per class 0..3: floor, per_slot, starvation ms,
+ *   can_preempt (1/0), 19 channel prefix, 20 pool; a script's own arguments start at 21.
+ */
+export const COMMON_ARGS = 20;
+export const POOL_KEY_COUNT = 25;
+
+export const POOL_STATE_LUA = `
+local ST, CAPD, LEASES, LMETA, CLAIMS, RL, REPLICAS, RINFO = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7], KEYS[8]
+local PRE = {[0] = KEYS[9], KEYS[10], KEYS[11], KEYS[12]}
+local Q = {[0] = KEYS[13], KEYS[14], KEYS[15], KEYS[16]}
+local QA = {[0] = KEYS[17], KEYS[18], KEYS[19], KEYS[20]}
+local TMETA = KEYS[21]
+local VT = {[0] = KEYS[22], KEYS[23], KEYS[24], KEYS[25]}
+local LEASE_MS = tonumber(ARGV[1])
+local REPLICA_TTL = tonumber(ARGV[2])
+local FLOOR, PER, STARVE, CANP = {}, {}, {}, {}
+for r = 0, 3 do
+  local b = 3 + r * 4
+  FLOOR[r] = tonumber(ARGV[b]); PER[r] = tonumber(ARGV[b + 1]); STARVE[r] = tonumber(ARGV[b + 2]); CANP[r] = ARGV[b + 3] == '1'
+end
+local CHAN = ARGV[19]
+local POOL = ARGV[20]
+local A = 20
+local PIN_CHANGED = false
+
+local clock = redis.call('TIME')
+local NOW = tonumber(clock[1]) * 1000 + math.floor(tonumber(clock[2]) / 1000)
+
+local st = redis.call('HMGET', ST, 'cap', 't', 'i0', 'i1', 'i2', 'i3', 'seq', 'epoch', 'q0', 'q1', 'q2', 'q3')
+local cap = tonumber(st[1])
+local total = tonumber(st[2]) or 0
+local inf = {[0] = tonumber(st[3]) or 0, tonumber(st[4]) or 0, tonumber(st[5]) or 0, tonumber(st[6]) or 0}
+local seq = tonumber(st[7]) or 0
+local epoch = st[8]
+-- Tickets per class queue, kept with the counters as tickets come and go (the dispatcher's fast
+-- exit); a pool saved before they were kept counts its queues once.
+local QN
+if st[9] then
+  QN = {[0] = tonumber(st[9]), tonumber(st[10]), tonumber(st[11]), tonumber(st[12])}
+else
+  QN = {[0] = redis.call('ZCARD', Q[0]), redis.call('ZCARD', Q[1]), redis.call('ZCARD', Q[2]), redis.call('ZCARD', Q[3])}
+end
+
+local function save()
+  redis.call('HSET', ST, 't', total, 'i0', inf[0], 'i1', inf[1], 'i2', inf[2], 'i3', inf[3], 'seq', seq,
+    'q0', QN[0], 'q1', QN[1], 'q2', QN[2], 'q3', QN[3])
+end
+
+local function split(s, n)
+  local out, pos = {}, 1
+  for i = 1, n - 1 do
+    local j = string.find(s, '|', pos, true)
+    out[i] = string.sub(s, pos, j - 1)
+    pos = j + 1
+  end
+  out[n] = string.sub(s, pos)
+  return out
+end
+
+-- Reservations at the live capacity, highest class first (a dip is absorbed by the lowest).
+local RES = {[0] = 0, 0, 0, 0}
+local function reserve()
+  local remaining = cap or 0
+  for r = 3, 0, -1 do
+    local want = math.max(FLOOR[r], math.ceil(PER[r] * (cap or 0)))
+    local got = math.min(want, math.max(0, remaining))
+    RES[r] = got
+    remaining = remaining - got
+  end
+end
+reserve()
+
+local function headroom(r)
+  local held = 0
+  for h = r + 1, 3 do
+    local unused = RES[h] - inf[h]
+    if unused > 0 then held = held + unused end
+  end
+  return (cap or 0) - total - held
+end
+
+-- A class is preemptible while some higher class may preempt.
+local function preemptible(r)
+  for h = r + 1, 3 do if CANP[h] then return true end end
+  return false
+end
+
+local function publish(replica, message)
+  redis.call('PUBLISH', CHAN .. replica, message)
+end
+
+-- Shared fair tags (self-clocked fair queuing over the tenants' shared service counters).
+local function vfloor(r) return tonumber(redis.call('HGET', VT[r], '~floor')) or 0 end
+local function lastTag(r, tenant) return tonumber(redis.call('HGET', VT[r], tenant)) or 0 end
+local function moveTag(r, tenant, delta)
+  if delta ~= 0 then redis.call('HINCRBYFLOAT', VT[r], tenant, delta) end
+end
+
+local function addLease(id, rank, replica, units, weight, tenant)
+  seq = seq + 1
+  redis.call('ZADD', LEASES, NOW + LEASE_MS, id)
+  redis.call('HSET', LMETA, id, rank .. '|' .. replica .. '|' .. units .. '|' .. weight .. '|' .. seq .. '|' .. tenant)
+  if preemptible(rank) then redis.call('ZADD', PRE[rank], seq, id) end
+  redis.call('HINCRBY', RL, replica, 1)
+  inf[rank] = inf[rank] + 1
+  total = total + 1
+end
+
+-- Removes a lease (release, expiry, preemption); nil when it is not held (fencing: a lease that
+-- was reaped or preempted can never be freed twice).
+local function dropLease(id)
+  if redis.call('ZREM', LEASES, id) == 0 then return nil end
+  local raw = redis.call('HGET', LMETA, id)
+  redis.call('HDEL', LMETA, id)
+  local m = split(raw, 6)
+  local lease = {rank = tonumber(m[1]), replica = m[2], units = tonumber(m[3]), weight = tonumber(m[4]), tenant = m[6]}
+  redis.call('ZREM', PRE[lease.rank], id)
+  if redis.call('HINCRBY', RL, lease.replica, -1) <= 0 then redis.call('HDEL', RL, lease.replica) end
+  inf[lease.rank] = inf[lease.rank] - 1
+  total = total - 1
+  return lease
+end
+
+local function ticketOf(id)
+  local raw = redis.call('HGET', TMETA, id)
+  if not raw then return nil end
+  local m = split(raw, 8)
+  return {rank = tonumber(m[1]), req = tonumber(m[2]), replica = m[3], units = tonumber(m[4]), weight = tonumber(m[5]),
+    enq = tonumber(m[6]), tag = tonumber(m[7]), tenant = m[8]}
+end
+
+local function forgetTicket(id, t)
+  redis.call('HDEL', TMETA, id)
+  if redis.call('ZREM', Q[t.rank], id) == 1 then QN[t.rank] = QN[t.rank] - 1 end
+  redis.call('ZREM', QA[t.rank], id)
+end
+
+-- Grants a waiting ticket: it becomes a lease of the same id, and its replica hears at once.
+local function grant(id, t, how)
+  forgetTicket(id, t)
+  addLease(id, t.rank, t.replica, t.units, t.weight, t.tenant)
+  publish(t.replica, 'g|' .. POOL .. '|' .. id .. '|' .. how)
+end
+
+-- Admits whatever the rules allow now: starvation pass, then strict priority with headroom.
+local function dispatch()
+  if not cap or QN[0] + QN[1] + QN[2] + QN[3] == 0 then return end
+  while total < cap do
+    local best, bestAt = nil, nil
+    for r = 0, 3 do
+      local oldest = QN[r] > 0 and redis.call('ZRANGE', QA[r], 0, 0, 'WITHSCORES') or {}
+      if oldest[1] then
+        local at = tonumber(oldest[2])
+        if NOW - at >= STARVE[r] and (not best or at < bestAt) then best, bestAt = oldest[1], at end
+      end
+    end
+    if not best then break end
+    grant(best, ticketOf(best), 'promoted')
+  end
+  for r = 3, 0, -1 do
+    while QN[r] > 0 do
+      local top = redis.call('ZRANGE', Q[r], 0, 0)
+      if not top[1] then break end
+      if headroom(r) <= 0 then return end
+      local t = ticketOf(top[1])
+      local start = t.tag - t.units
+      if start > vfloor(r) then redis.call('HSET', VT[r], '~floor', start) end
+      grant(top[1], t, 'queued')
+    end
+  end
+end
+
+-- A freed lease's slot goes to the preemptor that claimed it, if one waits for it.
+local function passClaim(id)
+  local claimant = redis.call('HGET', CLAIMS, id)
+  if not claimant then return end
+  redis.call('HDEL', CLAIMS, id)
+  local t = ticketOf(claimant)
+  if not t or t.tag >= 0 then return end
+  local start = math.max(vfloor(t.rank), lastTag(t.rank, t.tenant))
+  redis.call('HSET', VT[t.rank], t.tenant, start + t.units)
+  if total < (cap or 0) then
+    t.tag = start + t.units
+    grant(claimant, t, 'preempted')
+  else
+    -- No slot after all (capacity fell meanwhile): the preemptor queues like any arrival.
+    t.tag = start + t.units
+    redis.call('HSET', TMETA, claimant, t.rank .. '|' .. t.req .. '|' .. t.replica .. '|' .. t.units .. '|' .. t.weight .. '|' .. t.enq .. '|' .. t.tag .. '|' .. t.tenant)
+    redis.call('ZADD', Q[t.rank], t.tag, claimant)
+    redis.call('ZADD', QA[t.rank], t.enq, claimant)
+    QN[t.rank] = QN[t.rank] + 1
+  end
+end
+
+-- Leases whose replica stopped renewing them: their slots come back.
+local function reapLeases()
+  local expired = redis.call('ZRANGEBYSCORE', LEASES, '-inf', NOW, 'LIMIT', 0, 256)
+  for _, id in ipairs(expired) do
+    if dropLease(id) then passClaim(id) end
+  end
+  return #expired
+end
+
+-- Replicas whose heartbeat stopped: their waiting tickets and capacity reports go.
+local function reapReplicas()
+  local dead = redis.call('ZRANGEBYSCORE', REPLICAS, '-inf', NOW, 'LIMIT', 0, 16)
+  if #dead == 0 then return false end
+  local gone = {}
+  for _, replica in ipairs(dead) do
+    gone[replica] = true
+    redis.call('ZREM', REPLICAS, replica)
+    redis.call('HDEL', CAPD, replica)
+    redis.call('HDEL', RINFO, replica)
+  end
+  local all = redis.call('HGETALL', TMETA)
+  for i = 1, #all, 2 do
+    local t = ticketOf(all[i])
+    if gone[t.replica] then
+      forgetTicket(all[i], t)
+      -- A claim made for a dead preemptor lapses; the victim keeps its slot.
+    end
+  end
+  local claims = redis.call('HGETALL', CLAIMS)
+  for i = 1, #claims, 2 do
+    if redis.call('HEXISTS', TMETA, claims[i + 1]) == 0 then redis.call('HDEL', CLAIMS, claims[i]) end
+  end
+  return true
+end
+
+-- The capacity in force: the pin, else the largest capacity a live replica reports.
+local function agreeCapacity()
+  local pin = tonumber(redis.call('HGET', ST, 'pin'))
+  local agreed = pin
+  if not agreed then
+    local reports = redis.call('HVALS', CAPD)
+    for _, v in ipairs(reports) do
+      local n = tonumber(v)
+      if not agreed or n > agreed then agreed = n end
+    end
+  end
+  if agreed and (agreed ~= cap or PIN_CHANGED) then
+    cap = agreed
+    redis.call('HSET', ST, 'cap', cap)
+    reserve()
+    redis.call('PUBLISH', CHAN .. '*', 'c|' .. POOL .. '|' .. cap .. '|' .. (pin or -1))
+    return true
+  end
+  return false
+end
+
+local function snapshot()
+  return {cap or -1, total, inf[0], inf[1], inf[2], inf[3],
+    QN[0], QN[1], QN[2], QN[3], redis.call('ZCARD', REPLICAS)}
+end
+`;

@@ -1,0 +1,238 @@
+/**
+ * Three `sluice` processes sharing one Redis act as one gateway: global in-flight never exceeds the
+ * capacity (sampled at the workers), priority holds across replicas, a replica killed with SIGKILL
+ * gives its slots back within the lease TTL, preemption reaches a request on another replica, and a
+ * capacity pinned through one replica's admin API applies to all of them.
+ */
+import assert from "node:assert/strict";
+import { describe, test } from "node:test";
+import { type MockWorker, startMockWorker } from "../../src/mock-worker/index.js";
+import {
+  assertError,
+  type Reply,
+  type SchedulerYamlSpec,
+  smallSchedulerYaml,
+  waitFor,
+  writeTempFile,
+} from "../harness.js";
+import {
+  adminGet,
+  chat,
+  leasesInRedis,
+  queuedInRedis,
+  redisClient,
+  redisOrSkip,
+  sampleInflight,
+  startReplica,
+  startReplicas,
+  stateArgs,
+  statePrefix,
+} from "./services.js";
+
+async function workers(t: import("node:test").TestContext, capacities: number[]): Promise<MockWorker[]> {
+  const list = await Promise.all(
+    capacities.map((c) =>
+      startMockWorker({ maxRunningRequests: c, ttftMs: 5, tokenDelayMs: 2, batchSlowdown: 0 }),
+    ),
+  );
+  t.after(() => Promise.all(list.map((w) => w.close())));
+  return list;
+}
+
+async function schedulerArgs(
+  t: import("node:test").TestContext,
+  ws: MockWorker[],
+  preempting = true,
+): Promise<string[]> {
+  const classes: SchedulerYamlSpec["classes"] = preempting
+    ? {}
+    : { system: { can_preempt: false }, interactive: { can_preempt: false } };
+  const yaml = await writeTempFile(t, "priority.yaml", smallSchedulerYaml({ classes }));
+  return [
+    "--worker-urls",
+    ...ws.map((w) => w.url),
+    "--priority-scheduler-enabled",
+    "--priority-scheduler-default-max-class",
+    "system",
+    "--priority-scheduler-config",
+    yaml,
+  ];
+}
+
+function ok(reply: Reply | Error): Reply {
+  assert.ok(!(reply instanceof Error), `transport error: ${reply instanceof Error ? reply.message : ""}`);
+  assert.equal(reply.status, 200, reply.text);
+  return reply;
+}
+
+describe("replicas over one Redis", () => {
+  test("sampled global in-flight never exceeds the fleet's capacity", async (t) => {
+    const url = await redisOrSkip(t);
+    if (url === undefined) return;
+    const ws = await workers(t, [3, 3]);
+    // No preemption here: every request must be served (preemption has its own test).
+    const args = [...(await schedulerArgs(t, ws, false)), ...stateArgs(url, statePrefix(t))];
+    const replicas = await startReplicas(t, 3, args);
+    const sampler = sampleInflight(ws);
+    const replies = await Promise.all(
+      Array.from({ length: 90 }, (_, i) =>
+        chat(replicas[i % 3]!, {
+          "x-mock-ttft-ms": "20",
+          "x-smg-priority": ["bulk", "default", "interactive"][i % 3]!,
+        }),
+      ),
+    );
+    const max = sampler.stop();
+    for (const r of replies) ok(r);
+    assert.ok(max <= 6, `at most 6 requests open at the workers at once, saw ${max}`);
+    // The load was enough to fill the fleet: the bound was tested, not idle.
+    assert.ok(max >= 5, `the load filled the fleet (saw ${max})`);
+    const redis = redisClient(t, url);
+    assert.equal(
+      await leasesInRedis(redis, args[args.indexOf("--state-key-prefix") + 1]!),
+      0,
+      "no lease left",
+    );
+  });
+
+  test("priority holds across replicas: an interactive request on C passes bulk queued earlier on B", async (t) => {
+    const url = await redisOrSkip(t);
+    if (url === undefined) return;
+    const ws = await workers(t, [2]);
+    const prefix = statePrefix(t);
+    // Interactive queues rather than preempting, so the order of admission is what is tested.
+    const args = [...(await schedulerArgs(t, ws, false)), ...stateArgs(url, prefix)];
+    const [a, b, c] = await startReplicas(t, 3, args);
+    const redis = redisClient(t, url);
+    // A holds both slots for a while (bulk, before the first byte).
+    const held = [0, 1].map(() => chat(a!, { "x-smg-priority": "bulk", "x-mock-ttft-ms": "800" }));
+    await waitFor(async () => (await leasesInRedis(redis, prefix)) === 2, "A holds both slots");
+    const bulk = [0, 1, 2, 3].map(() => chat(b!, { "x-smg-priority": "bulk" }));
+    await waitFor(async () => (await queuedInRedis(redis, prefix)) === 4, "four bulk requests queued on B");
+    const interactive = [0, 1].map(() =>
+      chat(c!, { "x-smg-priority": "interactive", "x-mock-ttft-ms": "50" }),
+    );
+    await waitFor(
+      async () => (await queuedInRedis(redis, prefix)) === 6,
+      "two interactive requests queued on C",
+    );
+    const [heldReplies, bulkReplies, interactiveReplies] = await Promise.all([
+      Promise.all(held),
+      Promise.all(bulk),
+      Promise.all(interactive),
+    ]);
+    for (const r of [...heldReplies, ...bulkReplies, ...interactiveReplies]) ok(r);
+    const lastInteractive = Math.max(...interactiveReplies.map((r) => ok(r).endedAt));
+    const firstBulk = Math.min(...bulkReplies.map((r) => ok(r).endedAt));
+    assert.ok(
+      lastInteractive < firstBulk,
+      "both interactive requests (queued later, on another replica) finished before any queued bulk one",
+    );
+  });
+
+  test("a replica killed with SIGKILL gives its slots back within the lease TTL", async (t) => {
+    const url = await redisOrSkip(t);
+    if (url === undefined) return;
+    const ws = await workers(t, [2]);
+    const prefix = statePrefix(t);
+    const ttlSecs = 2;
+    const args = [
+      ...(await schedulerArgs(t, ws)),
+      ...stateArgs(url, prefix, ["--lease-ttl-secs", String(ttlSecs)]),
+    ];
+    const [a, b] = await startReplicas(t, 2, args);
+    const redis = redisClient(t, url);
+    const held = [0, 1].map(() => chat(a!, { "x-mock-ttft-ms": "60000" }));
+    await waitFor(async () => (await leasesInRedis(redis, prefix)) === 2, "A holds both slots");
+    const waiting = chat(b!);
+    await waitFor(async () => (await queuedInRedis(redis, prefix)) === 1, "B's request queued");
+    const killedAt = performance.now();
+    await a!.kill();
+    const reply = ok(await waiting);
+    const seconds = (reply.endedAt - killedAt) / 1000;
+    assert.ok(
+      seconds <= ttlSecs + 0.5,
+      `B was admitted ${seconds.toFixed(2)} s after the kill (TTL ${ttlSecs} s)`,
+    );
+    for (const r of await Promise.all(held)) assert.ok(r instanceof Error || r.status !== 200);
+    await waitFor(async () => (await leasesInRedis(redis, prefix)) === 0, "no lease left");
+  });
+
+  test("preemption works across replicas: system on B takes the slot of bulk on A before its first byte", async (t) => {
+    const url = await redisOrSkip(t);
+    if (url === undefined) return;
+    const ws = await workers(t, [1]);
+    const prefix = statePrefix(t);
+    const args = [...(await schedulerArgs(t, ws)), ...stateArgs(url, prefix)];
+    const [a, b] = await startReplicas(t, 2, args);
+    const redis = redisClient(t, url);
+    const victim = chat(a!, { "x-smg-priority": "bulk", "x-mock-ttft-ms": "30000" });
+    await waitFor(async () => (await leasesInRedis(redis, prefix)) === 1, "A's bulk request holds the slot");
+    const system = ok(await chat(b!, { "x-smg-priority": "system" }));
+    assert.equal(system.headers["x-sluice-admission"], "queued");
+    const preempted = await victim;
+    assertError(preempted, 503, "scheduler_preempted");
+    assert.equal((preempted as Reply).headers["x-smg-preempted"], "true");
+    // The slot was handed over, not duplicated: the worker never ran two.
+    assert.ok(ws[0]!.stats().openPeak <= 1, `the worker ran ${ws[0]!.stats().openPeak} at once`);
+  });
+
+  test("a capacity pinned through one replica's admin API applies to all; the status lists replicas and leases", async (t) => {
+    const url = await redisOrSkip(t);
+    if (url === undefined) return;
+    const ws = await workers(t, [4]);
+    const prefix = statePrefix(t);
+    const args = [...(await schedulerArgs(t, ws)), ...stateArgs(url, prefix)];
+    const [a, b] = await Promise.all([startReplica(t, args, true), startReplica(t, args, true)]);
+    const pin = await fetch(`${a.adminUrl}/api/v1/capacity`, {
+      method: "PUT",
+      headers: { authorization: "Bearer state-test-admin-token", "content-type": "application/json" },
+      body: JSON.stringify({ max_in_flight: 1 }),
+    });
+    assert.equal(pin.status, 200, await pin.text());
+    await waitFor(
+      async () => (await adminGet(b, "/api/v1/status")).capacity === 1,
+      "B sees the pinned capacity",
+    );
+    const statusB = await adminGet(b, "/api/v1/status");
+    assert.equal(statusB.pinned_capacity, 1);
+    const sampler = sampleInflight(ws);
+    const replies = await Promise.all(
+      Array.from({ length: 12 }, (_, i) => chat(i % 2 === 0 ? a : b, { "x-mock-ttft-ms": "10" })),
+    );
+    assert.equal(sampler.stop(), 1, "one request at a time fleet-wide");
+    for (const r of replies) ok(r);
+
+    // Held past a heartbeat (every TTL / 4 = 2.5 s), so B's view of the fleet shows A's lease.
+    const held = chat(a, { "x-mock-ttft-ms": "6000" });
+    await waitFor(
+      async () => {
+        const state = (await adminGet(b, "/api/v1/status")).state as {
+          replicas: Array<Record<string, unknown>>;
+        };
+        return state.replicas.length === 2 && state.replicas.some((r) => r.leases === 1);
+      },
+      "B's status shows both replicas and A's lease",
+      { timeoutMs: 8000, intervalMs: 100 },
+    );
+    const state = (await adminGet(a, "/api/v1/status")).state as {
+      replica_id: string;
+      replicas: Array<{ id: string; last_heartbeat: string; self: boolean; leases_held?: unknown[] }>;
+    };
+    const self = state.replicas.find((r) => r.self)!;
+    assert.equal(self.id, state.replica_id);
+    assert.ok(Number.isFinite(Date.parse(self.last_heartbeat)));
+    assert.equal(self.leases_held?.length, 1);
+    ok(await held);
+
+    const unpin = await fetch(`${b.adminUrl}/api/v1/capacity`, {
+      method: "DELETE",
+      headers: { authorization: "Bearer state-test-admin-token" },
+    });
+    assert.equal(unpin.status, 200);
+    await waitFor(
+      async () => (await adminGet(a, "/api/v1/status")).capacity === 4,
+      "A is back on discovered capacity",
+    );
+  });
+});
