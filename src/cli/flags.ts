@@ -33,6 +33,7 @@ import {
   POLICY_NAMES,
   type RoutingOptions,
 } from "../routing/options.js";
+import { DEFAULT_MAX_RETRIES } from "../routing/retry.js";
 import {
   DEFAULT_LEASE_TTL_SECS,
   DEFAULT_STATE_KEY_PREFIX,
@@ -43,6 +44,7 @@ import {
   type StateOptions,
   stateUrlProblem,
 } from "../state/redis/options.js";
+import { otlpEndpointProblem } from "../tracing/endpoint.js";
 
 export const LOG_LEVELS = ["trace", "debug", "info", "warn", "error", "fatal", "silent"] as const;
 export const POLICIES = POLICY_NAMES;
@@ -76,6 +78,8 @@ export interface GatewayFlags {
   routing: Omit<RoutingOptions, "policy">;
   /** Per-worker circuit breakers (docs/routing.md). */
   breaker: BreakerOptions;
+  /** Retries on another worker of the pool before any byte was sent (docs/routing.md "Retries"). */
+  maxRetries: number;
   /** `default_model`: where a request that names no model goes. */
   defaultModel: string | undefined;
   /** `pools`: per-pool class overrides, keyed by a model of the pool. */
@@ -89,6 +93,8 @@ export interface GatewayFlags {
   ledger: LedgerOptions;
   /** Shared state through Redis (`--state-url`); undefined: state in process. */
   state: StateOptions | undefined;
+  /** OpenTelemetry traces to this OTLP/HTTP collector (`--otlp-endpoint`); undefined: off. */
+  otlpEndpoint: string | undefined;
   /** The --config file, for reloads. */
   configPath: string | undefined;
 }
@@ -251,6 +257,14 @@ export const FLAG_SPECS: FlagSpec[] = [
       "circuit breaker: trial requests a half-open circuit lets through at once; one success closes it",
     parse: intArg(1),
     default: DEFAULT_BREAKER.halfOpenRequests,
+  },
+  {
+    flags: "--max-retries <n>",
+    key: "max_retries",
+    description:
+      "retries of a request whose worker failed before any byte was sent, each on another worker of its pool (0 = none)",
+    parse: intArg(0),
+    default: DEFAULT_MAX_RETRIES,
   },
   {
     flags: "--default-model <model>",
@@ -509,6 +523,17 @@ export const FLAG_SPECS: FlagSpec[] = [
       "shared state for several replicas: redis://[:PASSWORD@]HOST:PORT/DB or rediss:// (docs/replicas.md); without it state stays in process",
     parse: (raw) => {
       const problem = stateUrlProblem(raw);
+      if (problem !== undefined) throw new InvalidArgumentError(problem);
+      return raw;
+    },
+  },
+  {
+    flags: "--otlp-endpoint <url>",
+    key: "otlp_endpoint",
+    description:
+      "OpenTelemetry traces over OTLP/HTTP to <url>/v1/traces, e.g. http://collector:4318 (docs/tracing.md); without it tracing is off",
+    parse: (raw) => {
+      const problem = otlpEndpointProblem(raw);
       if (problem !== undefined) throw new InvalidArgumentError(problem);
       return raw;
     },
@@ -794,6 +819,7 @@ export function parseGatewayArgs(argv: string[]): GatewayFlags {
       cooldownSecs: values.breaker_cooldown_secs as number,
       halfOpenRequests: values.breaker_half_open_requests as number,
     },
+    maxRetries: values.max_retries as number,
     defaultModel: values.default_model as string | undefined,
     pools: poolSettings(file, configPath),
     clientLimits: {
@@ -826,6 +852,7 @@ export function parseGatewayArgs(argv: string[]): GatewayFlags {
             failMode: values.state_fail_mode as StateFailMode,
             leaseTtlSecs: values.lease_ttl_secs as number,
           },
+    otlpEndpoint: values.otlp_endpoint as string | undefined,
     configPath,
   };
 }

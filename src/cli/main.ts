@@ -33,6 +33,7 @@ export async function runGatewayCli(argv: string[]): Promise<void> {
     shedding: flags.shedding,
     routing: flags.routing,
     breaker: flags.breaker,
+    maxRetries: flags.maxRetries,
     defaultModel: flags.defaultModel,
     pools: flags.pools,
     clientLimits: flags.clientLimits,
@@ -41,6 +42,7 @@ export async function runGatewayCli(argv: string[]): Promise<void> {
     admin: flags.admin,
     ledger: flags.ledger,
     state: flags.state,
+    otlpEndpoint: flags.otlpEndpoint,
     reloadGatewayConfig: flags.configPath ? () => reloadGatewayFile(flags.configPath!) : undefined,
     logger,
   });

@@ -13,7 +13,10 @@ import type { BudgetBook, BudgetHold, Usage } from "../core/budgets.js";
 import { AdmissionError } from "../core/errors.js";
 import type { CancelSignal } from "../core/signal.js";
 import type { SluiceMetrics } from "../metrics/index.js";
+import { retryableStatus } from "../routing/retry.js";
 import type { AdmissionBackend, Slot } from "../state/backend.js";
+import type { RequestSpans } from "../tracing/request-spans.js";
+import type { GatewayTracing } from "../tracing/setup.js";
 import { closeAfterAnswer } from "./client-guard.js";
 import type { RequestEstimate } from "./cost.js";
 import type { ErrorCode } from "./error-table.js";
@@ -36,6 +39,12 @@ export interface LeaseContext {
   readonly activity: TenantActivity;
   readonly outcomes: OutcomeSink | undefined;
   readonly logger: Logger;
+  /** OpenTelemetry tracing (`--otlp-endpoint`, docs/tracing.md); undefined = off, nothing traced. */
+  readonly tracing?: GatewayTracing | undefined;
+  /** Retries after the first attempt (`--max-retries`; docs/routing.md "Retries"); 0 = none. */
+  readonly maxRetries: number;
+  /** The request's deadline for its upstream attempts together (`--request-timeout-secs`). */
+  readonly upstreamTimeoutMs: number;
 }
 
 /** How a request ended, as the lifecycle reports it to its lease. */
@@ -81,6 +90,14 @@ export class Lease implements ExchangeOwner, CancelSignal {
   pool: ModelPool | undefined;
   slot: Slot | undefined;
   worker: Worker | undefined;
+  /** The request's spans when tracing is on; undefined when off (every hook is one `?.`). */
+  readonly spans: RequestSpans | undefined;
+  /** Upstream attempts made (retries included); the outcome record carries it. */
+  attempts = 0;
+  /** When the first attempt started (performance.now()): the retries' deadline counts from here. */
+  private firstAttemptAt = 0;
+  /** Workers already tried and failed, made at the first retry (a first success never makes it). */
+  private tried: Worker[] | undefined;
   /** The worker's reported usage, once its answer has been read. */
   private reader: UsageReader | undefined;
   /** Strip the usage chunk sluice itself asked for from a stream. */
@@ -104,6 +121,7 @@ export class Lease implements ExchangeOwner, CancelSignal {
     readonly requestId: string,
   ) {
     this.answerHeaders = ["x-request-id", requestId];
+    this.spans = ctx.tracing === undefined ? undefined : ctx.tracing.startRequest(req, requestId);
     res.on("close", this.onClose);
   }
 
@@ -155,6 +173,7 @@ export class Lease implements ExchangeOwner, CancelSignal {
     this.ctx.activity.inflight(this.tenant, 1);
     this.pool?.adaptive?.inflight(1);
     slot.onPreempt(this.onPreempted);
+    this.spans?.admitted(slot.admission);
     this.answerHeaders.push(
       "x-sluice-admission",
       slot.admission,
@@ -172,6 +191,9 @@ export class Lease implements ExchangeOwner, CancelSignal {
   /** Runs the exchange with the worker; resolves with the worker's status. */
   forward(options: Omit<Dispatcher.DispatchOptions, "origin">): Promise<number> {
     const worker = this.worker!;
+    if (this.attempts++ === 0) this.firstAttemptAt = performance.now();
+    // One upstream span per attempt; the worker's traceparent names it (the client's is replaced).
+    if (this.spans !== undefined) this.spans.attemptStarted(worker.url, options);
     return new Promise<number>((resolve, reject) => {
       this.settleExchange = resolve;
       this.failExchange = reject;
@@ -182,11 +204,60 @@ export class Lease implements ExchangeOwner, CancelSignal {
     });
   }
 
+  // --- retries (docs/routing.md "Retries"; the policy is src/routing/retry.ts) ---------------
+
+  /** Time left of the request's deadline for its attempts, ms. */
+  get attemptTimeLeftMs(): number {
+    return this.firstAttemptAt + this.ctx.upstreamTimeoutMs - performance.now();
+  }
+
+  /**
+   * Another attempt may follow the current one: retries left, the client still there, the request
+   * not preempted, nothing sent, time left, and a routable worker of the pool not tried yet.
+   */
+  mayRetry(): boolean {
+    if (this.attempts > this.ctx.maxRetries || this.aborted || this.res.headersSent) return false;
+    if (this.attemptTimeLeftMs <= 0) return false;
+    const group = this.pool?.workers;
+    if (group === undefined) return false;
+    for (const w of group.healthy) if (this.untried(w)) return true;
+    return false;
+  }
+
+  /** Not the current worker, nor one that failed an earlier attempt. */
+  untried(worker: Worker): boolean {
+    return worker !== this.worker && (this.tried === undefined || !this.tried.includes(worker));
+  }
+
+  /**
+   * The current attempt failed and another follows: its worker is given back and marked tried
+   * (the slot and the lease stay); `dispatched` takes the next one.
+   */
+  leaveWorker(): void {
+    const worker = this.worker;
+    if (worker === undefined) return;
+    if (this.tried === undefined) this.tried = [worker];
+    else this.tried.push(worker);
+    this.worker = undefined;
+    this.exchange = undefined;
+    this.ctx.workers.release(worker);
+  }
+
+  /** A retried attempt's 503: an overload sample for the pool's adaptive capacity, as a final one is. */
+  overloadSample(): void {
+    if (this.dispatchedMs !== undefined) this.pool?.adaptive?.sample({ kind: "overload" });
+  }
+
   // --- ExchangeOwner -------------------------------------------------------------------------
+
+  retriesStatus(status: number): boolean {
+    return retryableStatus(status) !== undefined && this.mayRetry();
+  }
 
   markFirstByte(): boolean {
     if (this.slot !== undefined && !this.slot.markFirstByte()) return false;
     this.firstByteMs = performance.now() - this.t0;
+    this.spans?.firstByte();
     return true;
   }
 
@@ -196,10 +267,12 @@ export class Lease implements ExchangeOwner, CancelSignal {
   }
 
   exchangeDone(status: number): void {
+    this.spans?.exchangeDone(status);
     this.settleExchange?.(status);
   }
 
   exchangeFailed(error: Error): void {
+    this.spans?.exchangeFailed(error);
     this.failExchange?.(error);
   }
 
@@ -288,7 +361,12 @@ export class Lease implements ExchangeOwner, CancelSignal {
     }
     ctx.metrics.countHttpStatus(status);
     const sink = ctx.outcomes;
-    if (sink !== undefined) sink.record(this.record(status, code, outcome, nothingServed, usage));
+    const spans = this.spans;
+    if (sink !== undefined || spans !== undefined) {
+      const record = this.record(status, code, outcome, nothingServed, usage);
+      sink?.record(record);
+      spans?.ended(record, this.pool?.name);
+    }
   }
 
   /**
@@ -399,6 +477,7 @@ export class Lease implements ExchangeOwner, CancelSignal {
       outputTokens: usage?.outputTokens,
       costUsd: charged !== undefined ? this.ctx.budgets.costUsd(estimate?.model, charged) : undefined,
       worker: this.worker?.url,
+      attempts: this.attempts,
     };
   }
 }

@@ -20,12 +20,15 @@
  * shape (error-table.ts).
  */
 import type { IncomingMessage } from "node:http";
+import type { Logger } from "pino";
 import type { BudgetBook } from "../core/budgets.js";
 import type { PriorityClass } from "../core/class.js";
 import { AdmissionError } from "../core/errors.js";
 import type { CapacityMetrics } from "../metrics/capacity.js";
 import type { SluiceMetrics } from "../metrics/index.js";
+import type { RetryCounter } from "../metrics/routing.js";
 import { BodyRoutingRequest } from "../routing/request.js";
+import { type RetryReason, retryableFailure, retryableStatus, retryBackoffMs } from "../routing/retry.js";
 import { readBody } from "./body.js";
 import { estimateRequest, type RequestEstimate } from "./cost.js";
 import { withDefaultModel } from "./default-model.js";
@@ -36,7 +39,7 @@ import type { ModelPool, ModelPools } from "./model-pools.js";
 import { checkRequest } from "./request-checks.js";
 import type { TenantActivity } from "./tenant-activity.js";
 import type { TenantResolver } from "./tenants.js";
-import { upstreamFailure } from "./upstream.js";
+import { UpstreamStatusError, upstreamFailure } from "./upstream.js";
 import { withUsageRequested } from "./usage.js";
 import type { Worker, WorkerPool } from "./workers.js";
 
@@ -57,6 +60,9 @@ export interface LifecycleContext {
   /** The cost ceiling in force. */
   maxCostTokens(): number;
   readonly capacityMetrics: CapacityMetrics;
+  /** `sluice_upstream_retries_total{reason}`. */
+  readonly retries: RetryCounter;
+  readonly logger: Logger;
 }
 
 const PRIORITY_HEADER = "x-smg-priority";
@@ -79,7 +85,15 @@ export async function runLifecycle(ctx: LifecycleContext, lease: Lease, req: Inc
     const waiting = dispatch(ctx, pool, lease, req, estimate);
     if (waiting !== undefined) await waiting;
     exchanging = true;
-    const status = await stream(ctx, lease, req, body, estimate);
+    let status: number;
+    for (;;) {
+      try {
+        status = await stream(ctx, lease, req, body, estimate);
+        break;
+      } catch (err) {
+        if (!(await retried(ctx, pool, lease, req, estimate, err))) throw err;
+      }
+    }
     exchanging = false;
     workerAnswered(ctx, lease.worker!, status);
     lease.answered(status);
@@ -185,6 +199,7 @@ async function admit(
   feedback?.queued(1);
   if (shedClass !== undefined) shedding!.queue(shedClass, lease.tenant, 1);
   const started = shedClass === undefined ? 0 : performance.now();
+  lease.spans?.queueStarted();
   try {
     const slot = await pool.admission.acquire({
       priority: Array.isArray(priority) ? priority[0] : priority,
@@ -267,8 +282,96 @@ function stream(
     path: url,
     headers: requestHeadersForWorker(req.headers, lease.worker!.authorization),
     body: upstreamBody.body.length > 0 ? upstreamBody.body : null,
-    headersTimeout: ctx.upstreamTimeoutMs,
+    // A retried attempt gets what is left of the request's deadline.
+    headersTimeout:
+      lease.attempts === 0 ? ctx.upstreamTimeoutMs : Math.max(1, Math.ceil(lease.attemptTimeLeftMs)),
     bodyTimeout: ctx.upstreamTimeoutMs,
+  });
+}
+
+// --- retry --------------------------------------------------------------------------------------
+
+/**
+ * The attempt failed before any byte reached the client: when the failure is retryable
+ * (src/routing/retry.ts) and the lease allows another attempt, waits the jittered backoff, moves
+ * the request to an untried worker of its pool (same lease, same slot, no queueing) and returns
+ * true. Otherwise returns false and the failure stands, recorded as before (exchangeFailed,
+ * the lease). The failed attempt of a retry is recorded here: its worker's circuit (a refused
+ * connection through reportUnreachable), the retry count, and a 503 as an overload sample.
+ */
+async function retried(
+  ctx: LifecycleContext,
+  pool: ModelPool,
+  lease: Lease,
+  req: IncomingMessage,
+  estimate: RequestEstimate,
+  err: unknown,
+): Promise<boolean> {
+  if (!(err instanceof Error)) return false;
+  const status = err instanceof UpstreamStatusError ? err.status : undefined;
+  const reason = status !== undefined ? retryableStatus(status) : retryableFailure(upstreamFailure(err).kind);
+  if (reason === undefined) return false;
+  // A dropped 502/503 was already agreed by the lease (retriesStatus); the rest is asked now.
+  if (status === undefined && !lease.mayRetry()) return false;
+  const wait = retryBackoffMs(lease.attempts);
+  if (wait >= lease.attemptTimeLeftMs) return stopRetrying(status);
+  if (wait > 0) await sleepUnlessAborted(wait, lease);
+  if (lease.aborted) {
+    // The paths that record a standing failure skip a cancelled request: the attempt failed anyway.
+    attemptFailed(ctx, lease.worker!, reason);
+    return false;
+  }
+  const model = estimate.model ?? ctx.pools.defaultModel;
+  const routing = new BodyRoutingRequest(estimate.json, req.headers);
+  const next = ctx.workers.tryAcquireFor(pool.workers, routing, model, (w) => lease.untried(w));
+  if (next === undefined) return stopRetrying(status);
+  const failed = lease.worker!;
+  attemptFailed(ctx, failed, reason);
+  if (reason === "status_503") lease.overloadSample();
+  ctx.retries.count(reason);
+  ctx.logger.warn(
+    { worker: failed.url, next: next.url, reason, attempt: lease.attempts, err: err.message },
+    "upstream attempt failed before the first byte; retrying on another worker",
+  );
+  lease.leaveWorker();
+  lease.dispatched(next);
+  return true;
+}
+
+/** A failed attempt, for its worker's circuit: a refused connection opens it at once. */
+function attemptFailed(ctx: LifecycleContext, worker: Worker, reason: RetryReason): void {
+  if (reason === "connect") ctx.workers.reportUnreachable(worker);
+  else ctx.workers.recordOutcome(worker, false);
+}
+
+/**
+ * No retry after all. A refused or reset attempt's own failure stands (false); a 502/503 whose
+ * answer was already dropped cannot be forwarded any more, so the gateway answers for it:
+ * 503 no_healthy_workers for a 503, 502 upstream_unavailable for a 502 (docs/errors.md).
+ */
+function stopRetrying(status: number | undefined): boolean {
+  if (status === undefined) return false;
+  throw status === 503
+    ? new GatewayError(
+        "no_healthy_workers",
+        "the worker answered 503 and no other worker of its pool could take the request",
+      )
+    : new GatewayError(
+        "upstream_unavailable",
+        "the worker answered 502 and no other worker of its pool could take the request",
+      );
+}
+
+/** Waits `ms`, or less when the client leaves or the request is preempted. */
+function sleepUnlessAborted(ms: number, lease: Lease): Promise<void> {
+  return new Promise((resolve) => {
+    const done = () => {
+      clearTimeout(timer);
+      lease.removeEventListener("abort", done);
+      resolve();
+    };
+    const timer = setTimeout(done, ms);
+    lease.addEventListener("abort", done);
   });
 }
 

@@ -74,6 +74,11 @@ export interface GatewayOptions {
    * its flags, whose defaults are DEFAULT_BREAKER).
    */
   breaker?: BreakerOptions | undefined;
+  /**
+   * Retries of a request whose upstream failed before any byte reached the client, on another
+   * worker of its pool (docs/routing.md "Retries"); default DEFAULT_MAX_RETRIES (2), 0 = none.
+   */
+  maxRetries?: number | undefined;
   priorityScheduler: {
     enabled: boolean;
     defaultMaxClass: PriorityClass;
@@ -117,6 +122,11 @@ export interface GatewayOptions {
    * writes nothing unless asked; the `sluice` command's default is `duckdb:sluice-ledger.duckdb`.
    */
   ledger?: LedgerOptions | undefined;
+  /**
+   * OpenTelemetry traces over OTLP/HTTP to `<otlpEndpoint>/v1/traces` (`--otlp-endpoint`,
+   * docs/tracing.md). Absent = tracing off: nothing is traced and traceparent passes through as is.
+   */
+  otlpEndpoint?: string | undefined;
   /**
    * Shared state (`--state-url`, docs/replicas.md): several replicas admit as one through Redis.
    * Absent = admission and budgets in process.

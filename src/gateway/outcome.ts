@@ -34,8 +34,13 @@ export interface OutcomeRecord {
   outputTokens: number | undefined;
   /** What the request was charged in USD (pricing table), when usage or an estimate was charged. */
   costUsd: number | undefined;
-  /** The worker's origin, when the request was dispatched. */
+  /** The worker's origin, when the request was dispatched (after retries: the last one tried). */
   worker: string | undefined;
+  /**
+   * Upstream attempts: 0 when never dispatched, 1 without retries, 1 + retries otherwise. Every
+   * record the gateway emits has it; optional for records built elsewhere (ledger fixtures, benches).
+   */
+  attempts?: number | undefined;
 }
 
 /** Where outcome records go (metrics, the ledger, tests). */

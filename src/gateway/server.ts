@@ -25,7 +25,8 @@ import type { LedgerWriter } from "../ledger/writer.js";
 import { registerCapacityMetrics } from "../metrics/capacity.js";
 import { createMetrics, type SluiceMetrics } from "../metrics/index.js";
 import { registerPoolMetrics } from "../metrics/pools.js";
-import { registerRoutingMetrics } from "../metrics/routing.js";
+import { registerRetryMetrics, registerRoutingMetrics } from "../metrics/routing.js";
+import { DEFAULT_MAX_RETRIES } from "../routing/retry.js";
 import type { AdmissionBackend } from "../state/backend.js";
 import { createInProcessBackend, type InProcessOptions } from "../state/in-process.js";
 import { startSharedState } from "../state/redis/index.js";
@@ -313,6 +314,8 @@ export async function startGateway(options: GatewayOptions, outcomes?: OutcomeSi
     // The cost ceiling: configured, else the largest context a worker reports, else a constant.
     maxCostTokens: () => options.maxCostTokens ?? workers.contextLength ?? DEFAULT_MAX_COST_TOKENS,
     capacityMetrics,
+    retries: registerRetryMetrics(metrics.registry),
+    logger,
   };
   // The ledger is one more outcome sink; its rows are written in the background (docs/ledger.md).
   const ledger = startLedger(options.ledger, logger, metrics.registry);
@@ -348,7 +351,15 @@ export async function startGateway(options: GatewayOptions, outcomes?: OutcomeSi
     activity,
     outcomes: bothSinks(bothSinks(outcomes, ledger), dashboard?.outcomes),
     logger,
+    maxRetries: options.maxRetries ?? DEFAULT_MAX_RETRIES,
+    upstreamTimeoutMs: options.requestTimeoutSecs * 1000,
+    // Loaded only when on: with tracing off the OpenTelemetry SDK is never imported.
+    tracing:
+      options.otlpEndpoint === undefined
+        ? undefined
+        : new (await import("../tracing/setup.js")).GatewayTracing({ endpoint: options.otlpEndpoint }),
   };
+  const tracing = leases.tracing;
 
   // Requests on the lifecycle that have not finished, for the drain on SIGTERM.
   let open = 0;
@@ -482,6 +493,7 @@ export async function startGateway(options: GatewayOptions, outcomes?: OutcomeSi
     await workers.close();
     await ledger?.close();
     await shared?.close();
+    await tracing?.shutdown();
     throw err;
   }
   const port = (server.address() as AddressInfo).port;
@@ -625,6 +637,7 @@ export async function startGateway(options: GatewayOptions, outcomes?: OutcomeSi
       await workers.close();
       await ledger?.close();
       await shared?.close();
+      await tracing?.shutdown();
       throw err;
     }
     logger.info({ url: adminServer.url }, "admin API listening");
@@ -666,6 +679,8 @@ export async function startGateway(options: GatewayOptions, outcomes?: OutcomeSi
       await ledger?.close();
       // After the releases of those requests went out.
       await shared?.close();
+      // The spans of every request ended by now: the batch still held is exported.
+      await tracing?.shutdown();
     },
   };
 }

@@ -62,12 +62,24 @@ export interface ExchangeOwner {
   observe(contentType: string | undefined): BodyTransform | undefined;
   /** Headers the gateway adds to the worker's answer (flat name/value list). */
   readonly answerHeaders: string[];
+  /**
+   * The worker's status line is a 502 or 503 and nothing has reached the client: true = drop this
+   * answer (the exchange fails with an UpstreamStatusError) because another worker will be tried.
+   */
+  retriesStatus(status: number): boolean;
   /** The exchange ended: the worker's status, or the failure. */
   exchangeDone(status: number): void;
   exchangeFailed(error: Error): void;
 }
 
 const PREEMPTED = new Error("preempted before the first byte");
+
+/** A 502 or 503 status line dropped before any byte of it was forwarded, to retry elsewhere. */
+export class UpstreamStatusError extends Error {
+  constructor(readonly status: number) {
+    super(`the worker answered ${status}; retrying on another worker`);
+  }
+}
 
 export class UpstreamExchange implements Dispatcher.DispatchHandler {
   private abortFn: ((err?: Error) => void) | undefined;
@@ -100,6 +112,12 @@ export class UpstreamExchange implements Dispatcher.DispatchHandler {
 
   onHeaders(statusCode: number, headers: Buffer[], resume: () => void): boolean {
     if (statusCode < 200) return true; // 1xx informational: wait for the real answer
+    // Nothing is sent yet (the status is held until the first body byte): a retried 502/503
+    // costs the client nothing. The answer is dropped with its connection.
+    if ((statusCode === 502 || statusCode === 503) && this.owner.retriesStatus(statusCode)) {
+      this.abortFn?.(new UpstreamStatusError(statusCode));
+      return false;
+    }
     this.status = statusCode;
     this.rawHeaders = headers;
     this.resumeFn = resume;

@@ -351,6 +351,27 @@ export class WorkerPool {
     return worker;
   }
 
+  /**
+   * Takes a worker for a retry (docs/routing.md "Retries"): like `tryAcquire`, by the group's
+   * policy, but only among the healthy workers `eligible` accepts (those the request has not tried)
+   * and with room. Never waits: the request keeps its slot, and an attempt that finds no such
+   * worker ends with the failure it had. Undefined when there is none.
+   */
+  tryAcquireFor(
+    group: WorkerGroup,
+    request: RoutingRequest,
+    model: string | undefined,
+    eligible: (worker: Worker) => boolean,
+  ): Worker | undefined {
+    const bounded = this.respectCapacity;
+    const candidates = group.healthyFor(model).filter((w) => eligible(w) && w.hasRoom(bounded));
+    if (candidates.length === 0) return undefined;
+    group.policy ??= this.newPolicy();
+    const worker = group.policy.choose(candidates, request);
+    if (worker !== undefined) worker.inflight++;
+    return worker;
+  }
+
   release(worker: Worker): void {
     worker.inflight--;
     const waiters = worker.group?.roomWaiters;

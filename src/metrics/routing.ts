@@ -6,12 +6,14 @@
 import { Counter, Gauge, Histogram, type Registry } from "prom-client";
 import { CIRCUIT_STATE_VALUE, type CircuitState } from "../routing/circuit-breaker.js";
 import type { ChoiceCounter, RoutingObserver } from "../routing/policy.js";
+import { RETRY_REASONS, type RetryReason } from "../routing/retry.js";
 
 export const ROUTING_METRIC_NAMES = {
   choices: "sluice_routing_choices_total",
   matchRatio: "sluice_routing_cache_match_ratio",
   treeChars: "sluice_routing_cache_tree_chars",
   circuitState: "sluice_worker_circuit_state",
+  retries: "sluice_upstream_retries_total",
 } as const;
 
 /** Matched share of the prompt: exact zeros (no match) get their own bucket. */
@@ -89,6 +91,31 @@ export function registerRoutingMetrics(registry: Registry, sources: RoutingMetri
     },
     matchRatio(value) {
       ratio.observe(value);
+    },
+  };
+}
+
+/** Retries counted by reason: plain numbers on the request path, published at scrape time. */
+export interface RetryCounter {
+  count(reason: RetryReason): void;
+}
+
+/** `sluice_upstream_retries_total{reason}`: every reason present from the start, at 0. */
+export function registerRetryMetrics(registry: Registry): RetryCounter {
+  const counts: Record<RetryReason, number> = { connect: 0, reset: 0, status_502: 0, status_503: 0 };
+  new Counter({
+    name: ROUTING_METRIC_NAMES.retries,
+    help: "Upstream attempts retried on another worker of the pool, by the failure that caused the retry (connect, reset, status_502, status_503).",
+    labelNames: ["reason"] as const,
+    registers: [registry],
+    collect() {
+      this.reset();
+      for (const reason of RETRY_REASONS) this.inc({ reason }, counts[reason]);
+    },
+  });
+  return {
+    count(reason) {
+      counts[reason]++;
     },
   };
 }

@@ -6,6 +6,7 @@ import assert from "node:assert/strict";
 import { describe, test } from "node:test";
 import { parseGatewayArgs } from "../../src/cli/flags.js";
 import { DEFAULT_BREAKER, DEFAULT_ROUTING } from "../../src/routing/options.js";
+import { DEFAULT_MAX_RETRIES } from "../../src/routing/retry.js";
 import { writeTempFile } from "../harness.js";
 
 const W = ["--worker-urls", "http://w:1"];
@@ -114,5 +115,24 @@ describe("routing flags", () => {
     await badKey("cache_threshold: -0.1", /cache_threshold: must be a number from 0 to 1/);
     await badKey("breaker_window_secs: 0", /breaker_window_secs: must be a number > 0/);
     await badKey("breaker_min_requests: 1.5", /breaker_min_requests: must be an integer >= 1/);
+  });
+
+  test("--max-retries / max_retries: default 2, 0 disables, the flag over the file, bad values named", async (t) => {
+    assert.equal(parseGatewayArgs(W).maxRetries, 2);
+    assert.equal(parseGatewayArgs(W).maxRetries, DEFAULT_MAX_RETRIES);
+    assert.equal(parseGatewayArgs([...W, "--max-retries", "0"]).maxRetries, 0);
+    const file = await writeTempFile(t, "gateway.yaml", "worker_urls: [http://w:1]\nmax_retries: 4\n");
+    assert.equal(parseGatewayArgs(["--config", file]).maxRetries, 4);
+    assert.equal(parseGatewayArgs(["--config", file, "--max-retries", "1"]).maxRetries, 1);
+    assert.throws(
+      () => parseGatewayArgs([...W, "--max-retries", "-1"]),
+      /--max-retries.*must be an integer >= 0/,
+    );
+    assert.throws(
+      () => parseGatewayArgs([...W, "--max-retries", "1.5"]),
+      /--max-retries.*must be an integer >= 0/,
+    );
+    const bad = await writeTempFile(t, "bad.yaml", "worker_urls: [http://w:1]\nmax_retries: two\n");
+    assert.throws(() => parseGatewayArgs(["--config", bad]), /max_retries: must be an integer >= 0/);
   });
 });

@@ -640,6 +640,10 @@ export async function runSoak(opts: SoakOptions): Promise<SoakReport> {
     () => activeSockets().every((s) => s.localPort !== gatewayPort && s.remotePort !== gatewayPort),
     5000,
   );
+  // The health checks probe the workers twice a second (/health, then /v1/models for the model
+  // pools): a probe in flight is a busy socket for a few ms. A socket held by a request is busy for
+  // good, so wait for the probes, not past a leak.
+  await waitUntil(() => activeSockets().every((s) => !workerPorts.has(s.remotePort ?? -1)), 5000);
   const sockets = activeSockets();
   const gatewayClientSockets = sockets.filter(
     (s) => s.localPort === gatewayPort || s.remotePort === gatewayPort,
