@@ -175,7 +175,7 @@ async function gatewayRun(
   try {
     await gateway.ledger?.flush();
     const body = JSON.stringify({
-      model: "m",
+      model: "mock-llm", // the mock worker's model: anything else is 404 model_not_found
       messages: [{ role: "user", content: "hello there" }],
       max_tokens: 4,
     });
@@ -194,6 +194,10 @@ async function gatewayRun(
         `p50 ${result.latency.p50} ms, p99 ${result.latency.p99} ms, process CPU ${((cpu.user + cpu.system) / 1e6).toFixed(2)} s, ` +
         `non-2xx ${result.non2xx}${gateway.ledger ? `, dropped ${gateway.ledger.stats().dropped}` : ""}\n`,
     );
+    // A run of error answers measures nothing: fail rather than print it as a throughput.
+    if (result.non2xx > 0 || result.errors > 0) {
+      throw new Error(`ledger ${label}: ${result.non2xx} non-2xx answers and ${result.errors} errors`);
+    }
   } finally {
     await gateway.close();
   }

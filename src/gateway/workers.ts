@@ -52,6 +52,8 @@ export class Worker {
   /** The models it serves: configured (wins), else learned from `GET /v1/models`. */
   served: ServedModels;
   readonly configuredModels: boolean;
+  /** `served_model_name` from `GET /get_server_info` (SGLang), used when `/v1/models` lists none. */
+  infoModel: string | undefined;
   /** The group (model pool) the worker is in now; undefined while it is in none. */
   group: WorkerGroup | undefined;
   healthy = false;
@@ -543,6 +545,10 @@ export class WorkerPool {
       if (typeof context === "number" && Number.isInteger(context) && context > 0) {
         worker.contextLength = context;
       }
+      // SGLang names its model here too: what a worker without /v1/models serves.
+      const served = info.served_model_name;
+      worker.infoModel =
+        typeof served === "string" && served.length > 0 && served.length <= 256 ? served : undefined;
     } catch {
       // Not SGLang (or no such endpoint): the worker keeps its configured or default capacity.
     }
@@ -576,6 +582,8 @@ export class WorkerPool {
     }
     if (worker.contextLength === undefined && maxLen > 0) worker.contextLength = maxLen;
     if (worker.configuredModels) return;
+    // No model list: the name /get_server_info gave (SGLang), else any model (the catch-all pool).
+    if (ids.length === 0 && worker.infoModel !== undefined) ids.push(worker.infoModel);
     const before = worker.served;
     worker.served = ids.length > 0 ? { kind: "models", models: ids.sort() } : { kind: "any" };
     if (!sameServed(before, worker.served)) {

@@ -23,6 +23,8 @@ export interface MockWorkerOptions {
   servedModels?: string[];
   /** Like vLLM: a request naming a model the worker does not serve gets 404 (default false). */
   strictModels?: boolean;
+  /** Serve `GET /v1/models` (default true; false = 404, as a worker with only SGLang's native API). */
+  modelsEndpoint?: boolean;
   /** Base time to first token, default 20. */
   ttftMs?: number;
   /** Base per-token delay (inter-token latency), default 5. */
@@ -144,6 +146,7 @@ export function resolveOptions(opts: MockWorkerOptions = {}): ResolvedOptions {
     model: opts.model ?? "mock-llm",
     servedModels: opts.servedModels ?? [opts.model ?? "mock-llm"],
     strictModels: opts.strictModels ?? false,
+    modelsEndpoint: opts.modelsEndpoint ?? true,
     ttftMs: opts.ttftMs ?? 20,
     tokenDelayMs: opts.tokenDelayMs ?? 5,
     batchSlowdown: opts.batchSlowdown ?? 0.02,

@@ -197,6 +197,10 @@ export function startMockWorker(opts?: MockWorkerOptions): Promise<MockWorker> {
         sendJson(res, 200, { model_path: o.model, tokenizer_path: o.model, is_generation: true });
         return true;
       case "/v1/models":
+        if (!o.modelsEndpoint) {
+          sendJson(res, 404, errorBody("no such route: /v1/models", "invalid_request_error"));
+          return true;
+        }
         sendJson(res, 200, {
           object: "list",
           data: servedModels.map((id) => ({ id, object: "model", created: 0, owned_by: "sluice-mock" })),

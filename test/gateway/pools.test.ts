@@ -222,6 +222,19 @@ describe("gateway model pools", () => {
     assert.deepEqual(fleet.gateway.pools.find(BIG)!.models, ["a-adapter", BIG]);
   });
 
+  test("a worker without /v1/models is pooled by the served_model_name of /get_server_info", async (t) => {
+    const fleet = await startFleet(t, {
+      workers: [{ model: "sglang-native", modelsEndpoint: false, strictModels: true }, { model: SMALL }],
+      schedulerYaml: smallSchedulerYaml(),
+    });
+    assert.deepEqual(
+      fleet.gateway.pools.all.map((p) => p.name),
+      [SMALL, "sglang-native"],
+    );
+    assertOk(await fleet.chat({ model: "sglang-native" }));
+    assert.equal(fleet.workers[0]!.stats().totalRequests, 1);
+  });
+
   test("workers[].models in config replaces what the worker reports", async (t) => {
     const fleet = await startFleet(t, {
       workers: [{ model: "reported-name" }],
