@@ -20,6 +20,7 @@
  */
 import type { Clock } from "../core/clock.js";
 import { ConfigError } from "../core/errors.js";
+import { fmix32, fnv1a } from "../core/hash.js";
 
 export interface KeyedAdmissionOptions {
   /** Queue delay above which the admitted percentage falls. */
@@ -51,27 +52,6 @@ export interface KeyedAdmissionStatus {
   delayMs: number;
   allowed: number;
   rejected: number;
-}
-
-/** FNV-1a over the key's UTF-16 code units: spreads short, similar keys (session ids) apart. */
-function fnv1a(key: string): number {
-  let h = 0x811c9dc5;
-  for (let i = 0; i < key.length; i++) {
-    h ^= key.charCodeAt(i);
-    h = Math.imul(h, 0x01000193);
-  }
-  return h >>> 0;
-}
-
-/** MurmurHash3's 32-bit finalizer: every input bit flips each output bit with probability ~1/2. */
-export function fmix32(value: number): number {
-  let h = value >>> 0;
-  h ^= h >>> 16;
-  h = Math.imul(h, 0x85ebca6b);
-  h ^= h >>> 13;
-  h = Math.imul(h, 0xc2b2ae35);
-  h ^= h >>> 16;
-  return h >>> 0;
 }
 
 /** The key's bucket in 0..9999 for one rotation window. */

@@ -1,30 +1,10 @@
 /**
- * Hashing for the hash-based policies: 32-bit FNV-1a over a short string's UTF-16 code units, murmur3's
- * finalizer for avalanche, and rendezvous (highest-random-weight) hashing, which is consistent:
+ * Hashing for the hash-based policies (the one FNV-1a and finalizer of src/core/hash.ts), and
+ * rendezvous (highest-random-weight) hashing, which is consistent:
  * when a worker leaves, only the keys it held move, each to the worker that scored next for it.
  */
+import { fmix32, fnv1a } from "../core/hash.js";
 import type { RoutingCandidate } from "./policy.js";
-
-/** FNV-1a over `text`'s UTF-16 code units (short keys: session ids, worker URLs). */
-export function fnv1a(text: string): number {
-  let h = 0x811c9dc5;
-  const n = text.length;
-  for (let i = 0; i < n; i++) {
-    h ^= text.charCodeAt(i);
-    h = Math.imul(h, 0x01000193);
-  }
-  return h >>> 0;
-}
-
-/** murmur3's 32-bit finalizer. */
-export function fmix32(h: number): number {
-  h ^= h >>> 16;
-  h = Math.imul(h, 0x85ebca6b);
-  h ^= h >>> 13;
-  h = Math.imul(h, 0xc2b2ae35);
-  h ^= h >>> 16;
-  return h >>> 0;
-}
 
 /** The score of `worker` for `key`: the worker with the highest score owns the key. */
 export function rendezvousScore(key: number, workerHash: number): number {

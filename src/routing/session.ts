@@ -5,7 +5,8 @@
  * move (each to the worker that scored next for it). No overload gate: a session's affinity is the
  * point. A request without the header goes to the less loaded of two random candidates.
  */
-import { fnv1a, rendezvousPick } from "./hash.js";
+import { fnv1a } from "../core/hash.js";
+import { rendezvousPick } from "./hash.js";
 import type {
   ChoiceCounter,
   RoutingCandidate,

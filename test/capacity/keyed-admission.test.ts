@@ -1,9 +1,10 @@
 /** Keyed shedding (kyo): the percentage follows queue delay; one answer per key per window. */
 import assert from "node:assert/strict";
 import { describe, test } from "node:test";
-import { fmix32, KeyedAdmission, keyBucket } from "../../src/capacity/keyed-admission.js";
+import { KeyedAdmission, keyBucket } from "../../src/capacity/keyed-admission.js";
 import { ManualClock } from "../../src/core/clock.js";
 import { ConfigError } from "../../src/core/errors.js";
+import { fmix32 } from "../../src/core/hash.js";
 
 const keys = (n: number, prefix = "session-") => Array.from({ length: n }, (_, i) => `${prefix}${i}`);
 
