@@ -16,7 +16,7 @@
  * - an answer, when the request could be decided from the bytes sent and the client waited;
  * - what the gateway must refuse (a head Node refuses, framing other than a plain Content-Length or
  *   plain chunked, a target that is not a path, CONNECT) is never forwarded;
- * - the gateway's own paths (GET/HEAD /metrics, /health, /readiness, any query) are never forwarded;
+ * - the gateway's own paths (GET/HEAD /metrics, /health, /readiness, /v1/models, any query) are never forwarded;
  * after every batch
  * - the process did not crash (an uncaught exception is recorded, not fatal);
  * - once the gateway holds no client connection, in-flight and queued are 0 (the admission state,
@@ -55,7 +55,8 @@ export const DOCUMENTED_STATUSES = new Set([
 const WORKER_STATUSES = new Set([200, 400, 404, 413]);
 /** Gateway error codes for requests that may have reached a worker before they failed. */
 const DISPATCHED_CODES = new Set(["scheduler_preempted", "client_closed_request", "internal_error"]);
-const OWN_PATHS = new Set(["/metrics", "/health", "/readiness"]);
+// GET /v1/models is the gateway's own too: the union of the model pools' models (docs/gateway.md).
+const OWN_PATHS = new Set(["/metrics", "/health", "/readiness", "/v1/models"]);
 /** Keys a fuzz client may send (the tenants' and a made-up one): none may reach the worker. */
 const CLIENT_KEYS = [...TENANT_KEYS, "not-a-key"];
 /**
