@@ -9,17 +9,8 @@
  */
 import type { Logger } from "pino";
 import type { Registry } from "prom-client";
-import type { PriorityClass } from "../../core/class.js";
 import type { Clock } from "../../core/clock.js";
-import {
-  type ClassOverrides,
-  type ClassSettingsTable,
-  type Pricing,
-  resolveClassSettings,
-  type TenantPolicy,
-} from "../../core/config.js";
-import type { SchedulerObserver } from "../../core/events.js";
-import type { LegacyLimiterOptions } from "../../core/legacy.js";
+import { type Pricing, resolveClassSettings, type TenantPolicy } from "../../core/config.js";
 import type { AdmissionBackend, AdmissionRequest, Slot } from "../backend.js";
 import { createInProcessBackend, type InProcessOptions } from "../in-process.js";
 import { RedisAdmissionBackend } from "./backend.js";
@@ -42,19 +33,11 @@ export interface SharedStateOptions {
   onBudgetRejection?: ((tenant: string, code: string) => void) | undefined;
 }
 
-/** What one pool's backend is built from (the in-process backend's options, plus its pool name). */
-export interface PoolBackendOptions {
+/** What one pool's backend is built from: the in-process backend's options, plus its pool name. */
+export type PoolBackendOptions = Omit<InProcessOptions, "clock" | "logger" | "quiet"> & {
   pool: string;
-  enabled: boolean;
-  defaultMaxClass: PriorityClass;
-  classes: ClassOverrides | ClassSettingsTable;
-  tenantPolicies: ReadonlyMap<string, TenantPolicy>;
-  loadError?: string | undefined;
-  capacity: number;
-  legacy: Omit<LegacyLimiterOptions, "clock">;
-  observer?: SchedulerObserver | undefined;
   logger?: Logger | undefined;
-}
+};
 
 export interface SharedState {
   readonly fleet: RedisFleet;
