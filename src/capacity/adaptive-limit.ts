@@ -22,7 +22,8 @@
  *  1. overload: >= 1 worker 429/503/timeout: limit = floor(limit * overloadFactor), one decrease
  *     per window however many errors.
  *  2. slo: TPOT p90 > tpotSloMs or TTFT p90 (all prompts) > ttftSloMs: shrink with
- *     g = max(minGradient, min(gradient, slo / p90)): limit = floor(limit * (1 - smoothing * (1 - g))).
+ *     g = max(minGradient, min(gradient, slo / p90)): limit = floor(limit * (1 - smoothing * (1 - g))),
+ *     and by at least sloMinDecrease.
  *  3. decrease: ratio > decreaseAbove: the same shrink with g = max(minGradient, gradient), so a
  *     step takes at most smoothing * (1 - minGradient) = 10%.
  *  4. increase: ratio <= increaseBelow and the limit is in use: limit += max(1, floor(limit * increaseStep)).
@@ -75,11 +76,23 @@
  *   sampleCap              adaptive_sample_cap                   512 (per store; <= 65536)
  *   probeStep              adaptive_probe_step                   0.9
  *   probeSlack             adaptive_probe_slack                  0.05 (< 1 - probeStep)
- *   probeIntervalMs        adaptive_probe_interval_ms            60000 (0: never)
+ *   probeIntervalMs        adaptive_probe_interval_ms            300000 (0: never)
  *   probeAfterDecreases    adaptive_probe_after_decreases        5 (0: never)
  *   ttftFloorMs            adaptive_ttft_floor_ms                250 (TTFT ratios are taken against
  *                                                                max(baseline, floor): tens of ms of
  *                                                                prefill jitter are no overload)
+ *   sloReference           adaptive_slo_reference                0.9 (with tpot_slo_ms, the TPOT ratio
+ *                                                                is taken against max(baseline,
+ *                                                                0.9 x tpot_slo_ms): TPOT rises with
+ *                                                                the batch long before the knee, and
+ *                                                                under the SLO that is no overload;
+ *                                                                0 turns it off)
+ *   sloReferenceCap        adaptive_slo_reference_cap            1.5 (that floor never rises above
+ *                                                                1.5 x the baseline: a rise past it is
+ *                                                                a knee, whatever room the SLO leaves)
+ *   sloMinDecrease         adaptive_slo_min_decrease             0.1 (an SLO breach takes at least 10%
+ *                                                                off: symmetric with the increases, so
+ *                                                                noise cannot ratchet the limit up)
  */
 import type { Clock } from "../core/clock.js";
 import { ConfigError } from "../core/errors.js";
@@ -136,6 +149,9 @@ export interface AdaptiveTuning {
   probeIntervalMs: number;
   probeAfterDecreases: number;
   ttftFloorMs: number;
+  sloReference: number;
+  sloReferenceCap: number;
+  sloMinDecrease: number;
 }
 
 export interface AdaptiveLimitOptions extends Partial<AdaptiveTuning> {
@@ -173,9 +189,12 @@ export const ADAPTIVE_LIMIT_DEFAULTS: Readonly<AdaptiveTuning> = Object.freeze({
   sampleCap: 512,
   probeStep: 0.9,
   probeSlack: 0.05,
-  probeIntervalMs: 60_000,
+  probeIntervalMs: 300_000,
   probeAfterDecreases: 5,
   ttftFloorMs: 250,
+  sloReference: 0.9,
+  sloReferenceCap: 1.5,
+  sloMinDecrease: 0.1,
 });
 
 /** The YAML key each option is read from; validation errors name these. */
@@ -203,6 +222,9 @@ export const ADAPTIVE_LIMIT_KEYS = Object.freeze({
   probeIntervalMs: "adaptive_probe_interval_ms",
   probeAfterDecreases: "adaptive_probe_after_decreases",
   ttftFloorMs: "adaptive_ttft_floor_ms",
+  sloReference: "adaptive_slo_reference",
+  sloReferenceCap: "adaptive_slo_reference_cap",
+  sloMinDecrease: "adaptive_slo_min_decrease",
 } as const satisfies Record<keyof ResolvedAdaptiveLimitOptions, string>);
 
 /** Largest sampleCap accepted (7 stores of 8-byte samples: 3.5 MiB per controller at most). */
@@ -242,6 +264,27 @@ function positive(value: unknown, key: string): number {
 function atLeastZero(value: unknown, key: string): number {
   const n = num(value, key);
   if (n < 0) throw new ConfigError(key, "must be >= 0");
+  return n;
+}
+
+/** 0 <= n < 1. */
+function share(value: unknown, key: string): number {
+  const n = num(value, key);
+  if (!(n >= 0 && n < 1)) throw new ConfigError(key, "must be >= 0 and < 1");
+  return n;
+}
+
+/** n >= 1. */
+function atLeastOne(value: unknown, key: string): number {
+  const n = num(value, key);
+  if (!(n >= 1)) throw new ConfigError(key, "must be >= 1");
+  return n;
+}
+
+/** 0 <= n <= 1. */
+function fraction(value: unknown, key: string): number {
+  const n = num(value, key);
+  if (!(n >= 0 && n <= 1)) throw new ConfigError(key, "must be >= 0 and <= 1");
   return n;
 }
 
@@ -315,6 +358,9 @@ export function resolveAdaptiveLimitOptions(options: AdaptiveLimitOptions): Reso
     probeIntervalMs: atLeastZero(pick("probeIntervalMs"), K.probeIntervalMs),
     probeAfterDecreases: intAtLeast(pick("probeAfterDecreases"), K.probeAfterDecreases, 0),
     ttftFloorMs: atLeastZero(pick("ttftFloorMs"), K.ttftFloorMs),
+    sloReference: fraction(pick("sloReference"), K.sloReference),
+    sloReferenceCap: atLeastOne(pick("sloReferenceCap"), K.sloReferenceCap),
+    sloMinDecrease: share(pick("sloMinDecrease"), K.sloMinDecrease),
   };
 }
 
@@ -628,7 +674,17 @@ export class AdaptiveLimit {
     // Ratios against the baselines (a bucket seen for the first time sets its own).
     let tpotRatio: number | undefined;
     const tpotBase = this.tpot.baseline;
-    if (w.tpotP90 !== undefined && tpotBase !== undefined && tpotBase > 0) tpotRatio = w.tpotP90 / tpotBase;
+    let rawTpotRatio: number | undefined;
+    if (w.tpotP90 !== undefined && tpotBase !== undefined && tpotBase > 0) {
+      rawTpotRatio = w.tpotP90 / tpotBase;
+      // With an SLO, a TPOT that rises with the batch but stays well under the SLO is no overload.
+      // ... but only up to a rise of sloReferenceCap over the baseline: past that the latency is
+      // climbing steeply (a knee), whatever room the SLO leaves.
+      const floor =
+        o.tpotSloMs === undefined ? 0 : Math.min(o.tpotSloMs * o.sloReference, tpotBase * o.sloReferenceCap);
+      const reference = Math.max(tpotBase, floor);
+      tpotRatio = w.tpotP90 / reference;
+    }
     let ttftRatio: number | undefined;
     for (let i = 0; i < BUCKETS; i++) {
       const p = w.bucketP90[i];
@@ -656,7 +712,7 @@ export class AdaptiveLimit {
     if (
       (o.probeIntervalMs > 0 && w.now >= this.nextProbeAt) ||
       (o.probeAfterDecreases > 0 && this.consecutiveDecreases >= o.probeAfterDecreases) ||
-      (tpotRatio !== undefined && tpotRatio < 1 / o.decreaseAbove && w.inUse)
+      (rawTpotRatio !== undefined && rawTpotRatio < 1 / o.decreaseAbove && w.inUse)
     ) {
       this.probeWanted = true;
     }
@@ -675,7 +731,10 @@ export class AdaptiveLimit {
     if (w.overloads > 0) {
       decision = this.shrink(ran * o.overloadFactor, "overload");
     } else if (w.sloBreach) {
-      decision = this.shrink(this.shrunk(ran, Math.min(gradient, w.sloGradient)), "slo");
+      // At least sloMinDecrease: the increases take 5% a window on a low reading, so a breach that
+      // took less would let noise ratchet the limit up into the SLO.
+      const wanted = this.shrunk(ran, Math.min(gradient, w.sloGradient));
+      decision = this.shrink(Math.min(wanted, ran * (1 - o.sloMinDecrease)), "slo");
     } else if (ratio === undefined) {
       decision = "hold";
     } else if (ratio > o.decreaseAbove) {

@@ -4,15 +4,25 @@
  * window per `windowMs` on the injected clock, and never goes above what the healthy workers
  * report (a dead worker's slots leave at once, whatever the controller thinks).
  *
+ * One controller per worker when the caller lists its workers (`workers`): each learns its own
+ * worker's latency from that worker's samples, cold-starts from that worker's report, and sets
+ * how many requests routing may put on it (`AdaptiveWorker.adaptiveLimit`); the pool's capacity is
+ * the sum over its healthy workers, clamped to the bounds. A worker slower than the rest (thermal
+ * throttling, an older GPU, a noisy host) then gets fewer requests instead of dragging the whole
+ * pool's limit down to what it alone can run. Without a worker list, one controller for the pool.
+ *
  * Requests feed it through CapacityFeedback: queue and in-flight counts (is the limit in use?),
  * and one latency sample per served request (TTFT from dispatch, time per output token), or an
- * overload signal (a worker's 429/503, an upstream timeout). docs/adaptive.md has the law.
+ * overload signal (a worker's 429/503, an upstream timeout), with the worker that served it.
+ * docs/adaptive.md has the law.
  */
 import type { Clock } from "../core/clock.js";
 import {
   type AdaptiveDecision,
   AdaptiveLimit,
+  type AdaptiveLimitOptions,
   type AdaptiveLimitSnapshot,
+  type AdaptivePhase,
   type AdaptiveSample,
   type AdaptiveTuning,
 } from "./adaptive-limit.js";
@@ -25,8 +35,22 @@ export interface CapacityFeedback {
   queued(delta: number): void;
   /** A request took (+1) or gave back (-1) a slot. */
   inflight(delta: number): void;
-  /** A served request's latency, or an overload signal. */
-  sample(sample: AdaptiveSample): void;
+  /** A request was sent to a worker (its in-flight count moved). */
+  dispatched?(): void;
+  /** A served request's latency, or an overload signal; `worker` is the URL of the one that served it. */
+  sample(sample: AdaptiveSample, worker?: string): void;
+}
+
+/** A worker as adaptive capacity sees it (the gateway's Worker, the simulator's). */
+export interface AdaptiveWorker {
+  /** Stable identity (the URL). */
+  readonly url: string;
+  /** What it can take now by its report (max_running_requests; its trials when half-open). */
+  readonly availableCapacity: number;
+  /** Requests in flight on it. */
+  readonly inflight: number;
+  /** Set here: how many requests routing may put on it (undefined: no limit of ours). */
+  adaptiveLimit: number | undefined;
 }
 
 export interface AdaptiveCapacityOptions extends Partial<AdaptiveTuning> {
@@ -35,6 +59,8 @@ export interface AdaptiveCapacityOptions extends Partial<AdaptiveTuning> {
   maxCapacity?: number | undefined;
   tpotSloMs?: number | undefined;
   ttftSloMs?: number | undefined;
+  /** The pool's healthy workers, for one controller each; absent: one controller for the pool. */
+  workers?: (() => readonly AdaptiveWorker[]) | undefined;
 }
 
 /** The believed ceiling of any fleet (see gateway/workers.ts): the default upper bound. */
@@ -45,43 +71,91 @@ export interface AdaptiveCounters {
   decrease: number;
 }
 
+/** One worker's controller, in the pool's snapshot. */
+export interface AdaptiveWorkerSnapshot {
+  worker: string;
+  limit: number;
+  reported: number;
+  inflight: number;
+  phase: AdaptivePhase;
+  tpotP90Ms: number | null;
+  tpotBaselineMs: number | null;
+  ratio: number | null;
+  lastDecision: AdaptiveDecision;
+}
+
+export type AdaptiveCapacitySnapshot = AdaptiveLimitSnapshot & {
+  capacity: number;
+  inflight: number;
+  queued: number;
+  /** One entry per worker controller (empty with one controller for the pool). */
+  workers: AdaptiveWorkerSnapshot[];
+};
+
+/** The pool itself, as the one "worker" of a pool-wide controller. */
+const POOL = "*";
+
+interface Controlled {
+  controller: AdaptiveLimit;
+  /** The worker, or undefined for the pool-wide controller. */
+  worker: AdaptiveWorker | undefined;
+}
+
 export class AdaptiveCapacity implements CapacitySource, CapacityFeedback {
-  readonly controller: AdaptiveLimit;
   private readonly notifier = new CapacityNotifier();
   private inflightNow = 0;
   private queuedNow = 0;
   private readonly windows: Periodic;
+  private readonly controllers = new Map<string, Controlled>();
+  private readonly listWorkers: (() => readonly AdaptiveWorker[]) | undefined;
+  private readonly minCapacity: number;
+  private readonly maxCapacity: number;
+  private readonly base: Omit<AdaptiveLimitOptions, "minCapacity" | "maxCapacity" | "initialCapacity">;
+  private readonly windowMs: number;
+  /** The sum of the healthy workers' limits, clamped (kept between windows and worker changes). */
+  private current = 0;
+  /** An operator's pin is in force: the workers' limits are lifted (the pin is the only bound). */
+  private pinned = false;
   /** Decisions by direction, for sluice_capacity_adjustments_total. */
   readonly adjustments: AdaptiveCounters = { increase: 0, decrease: 0 };
 
   constructor(
     private readonly discovered: CapacitySource,
     options: AdaptiveCapacityOptions,
-    clock: Clock,
-    onBound?: (bound: "min" | "max", limit: number, wanted: number) => void,
+    private readonly clock: Clock,
+    private readonly onBound?: (bound: "min" | "max", limit: number, wanted: number) => void,
   ) {
-    const { minCapacity, maxCapacity, tpotSloMs, ttftSloMs, ...tuning } = options;
+    const { minCapacity, maxCapacity, tpotSloMs, ttftSloMs, workers, ...tuning } = options;
     // Fields left undefined take the controller's defaults.
     const defined = Object.fromEntries(Object.entries(tuning).filter(([, v]) => v !== undefined));
-    this.controller = new AdaptiveLimit(
-      {
-        ...defined,
-        minCapacity: minCapacity ?? 1,
-        maxCapacity: maxCapacity ?? Math.max(NO_BOUND, minCapacity ?? 1),
-        initialCapacity: discovered.capacity,
-        ...(tpotSloMs !== undefined ? { tpotSloMs } : {}),
-        ...(ttftSloMs !== undefined ? { ttftSloMs } : {}),
-        onBound: onBound ? (e) => onBound(e.bound, e.limit, e.wanted) : undefined,
-      },
-      clock,
+    this.listWorkers = workers;
+    this.minCapacity = minCapacity ?? 1;
+    this.maxCapacity = maxCapacity ?? Math.max(NO_BOUND, this.minCapacity);
+    this.base = {
+      ...defined,
+      ...(tpotSloMs !== undefined ? { tpotSloMs } : {}),
+      ...(ttftSloMs !== undefined ? { ttftSloMs } : {}),
+    };
+    // The pool-wide controller (or a probe of the options when there are workers): a bad option
+    // throws here, at construction, naming its key.
+    const first = this.create(
+      undefined,
+      this.minCapacity,
+      this.maxCapacity,
+      discovered.capacity,
+      workers !== undefined,
     );
-    discovered.subscribe(() => this.notifier.changed(this.capacity));
-    this.windows = new Periodic(clock, this.controller.options.windowMs, () => this.closeWindow());
+    if (workers === undefined) this.controllers.set(POOL, first);
+    this.windowMs = first.controller.options.windowMs;
+    this.sync();
+    this.current = this.sum();
+    discovered.subscribe(() => this.refresh());
+    this.windows = new Periodic(clock, this.windowMs, () => this.closeWindow());
   }
 
-  /** The controller's limit, never above what the healthy workers report. */
+  /** The limit in force, never above what the healthy workers report. */
   get capacity(): number {
-    return Math.min(this.controller.limit, this.discovered.capacity);
+    return Math.min(this.current, this.discovered.capacity);
   }
 
   subscribe(listener: (capacity: number) => void): void {
@@ -99,13 +173,20 @@ export class AdaptiveCapacity implements CapacitySource, CapacityFeedback {
 
   /** Closes the current window (the timer's job; tests may call it after moving a ManualClock). */
   closeWindow(): AdaptiveDecision | undefined {
+    this.sync();
     this.report();
-    const before = this.controller.limit;
-    const decision = this.controller.tick();
-    const after = this.controller.limit;
+    const before = this.current;
+    let decision: AdaptiveDecision | undefined;
+    for (const c of this.controllers.values()) {
+      if (c.worker !== undefined && !this.isHealthy(c.worker)) continue;
+      const d = c.controller.tick();
+      // The pool's decision: a decrease anywhere is the news, else an increase, else a hold.
+      if (d !== undefined && (decision === undefined || rank(d) > rank(decision))) decision = d;
+    }
+    this.refresh();
+    const after = this.current;
     if (after > before) this.adjustments.increase++;
     else if (after < before) this.adjustments.decrease++;
-    this.notifier.changed(this.capacity);
     return decision;
   }
 
@@ -119,25 +200,189 @@ export class AdaptiveCapacity implements CapacitySource, CapacityFeedback {
     this.report();
   }
 
+  dispatched(): void {
+    this.report();
+  }
+
   /**
-   * Queued work shows the limit is in use only while the limit binds: at or above the workers'
-   * capacity, the workers bind instead, and the limit must not climb on a queue it does not cause.
+   * A pin lifts the workers' own limits (routing then bounds each worker by its report alone),
+   * so a pin above their sum is served in full; unpinning puts them back.
    */
-  private report(): void {
-    const binding = this.controller.limit < this.discovered.capacity;
-    this.controller.sampleUsage(this.inflightNow, binding ? this.queuedNow : 0);
+  overridden(pinned: boolean): void {
+    this.pinned = pinned;
+    this.refresh();
   }
 
-  sample(sample: AdaptiveSample): void {
-    this.controller.observe(sample);
+  sample(sample: AdaptiveSample, worker?: string): void {
+    const c = this.controllers.get(this.listWorkers === undefined ? POOL : (worker ?? ""));
+    c?.controller.observe(sample);
   }
 
-  snapshot(): AdaptiveLimitSnapshot & { capacity: number; inflight: number; queued: number } {
+  snapshot(): AdaptiveCapacitySnapshot {
+    const all = [...this.controllers.values()].filter(
+      (c) => c.worker === undefined || this.isHealthy(c.worker),
+    );
+    const snaps = all.map((c) => c.controller.snapshot());
+    // The pool's signals are those of its most loaded controller (the highest latency ratio).
+    let lead = 0;
+    for (let i = 1; i < snaps.length; i++) {
+      if ((snaps[i]!.ratio ?? 0) > (snaps[lead]!.ratio ?? 0)) lead = i;
+    }
+    const head =
+      snaps[lead] ??
+      this.create(undefined, this.minCapacity, this.maxCapacity, 0, true).controller.snapshot();
+    const sumOf = (
+      k:
+        | "windows"
+        | "increases"
+        | "decreases"
+        | "overloadDecreases"
+        | "sloDecreases"
+        | "probes"
+        | "probeSteps"
+        | "storedSamples"
+        | "invalidSamples",
+    ) => snaps.reduce((s, x) => s + x[k], 0);
+    const phase: AdaptivePhase = snaps.some((s) => s.phase === "calibrating")
+      ? "calibrating"
+      : snaps.some((s) => s.phase === "probing")
+        ? "probing"
+        : "tracking";
+    const capacity = this.capacity;
     return {
-      ...this.controller.snapshot(),
-      capacity: this.capacity,
+      ...head,
+      limit: capacity,
+      minCapacity: this.minCapacity,
+      maxCapacity: this.maxCapacity,
+      phase,
+      windows: this.listWorkers === undefined ? head.windows : Math.max(0, ...snaps.map((s) => s.windows)),
+      increases: sumOf("increases"),
+      decreases: sumOf("decreases"),
+      overloadDecreases: sumOf("overloadDecreases"),
+      sloDecreases: sumOf("sloDecreases"),
+      probes: sumOf("probes"),
+      probeSteps: sumOf("probeSteps"),
+      storedSamples: sumOf("storedSamples"),
+      invalidSamples: sumOf("invalidSamples"),
+      bound: this.current <= this.minCapacity ? "min" : this.current >= this.maxCapacity ? "max" : head.bound,
+      capacity,
       inflight: this.inflightNow,
       queued: this.queuedNow,
+      workers: all.flatMap((c, i) =>
+        c.worker === undefined
+          ? []
+          : [
+              {
+                worker: c.worker.url,
+                limit: snaps[i]!.limit,
+                reported: c.worker.availableCapacity,
+                inflight: c.worker.inflight,
+                phase: snaps[i]!.phase,
+                tpotP90Ms: snaps[i]!.tpotP90Ms,
+                tpotBaselineMs: snaps[i]!.tpotBaselineMs,
+                ratio: snaps[i]!.ratio,
+                lastDecision: snaps[i]!.lastDecision,
+              },
+            ],
+      ),
     };
   }
+
+  // -------------------------------------------------------------------------------------------
+
+  private create(
+    worker: AdaptiveWorker | undefined,
+    min: number,
+    max: number,
+    initial: number,
+    quiet = false,
+  ): Controlled {
+    const onBound = quiet ? undefined : this.onBound;
+    const controller = new AdaptiveLimit(
+      {
+        ...this.base,
+        minCapacity: min,
+        maxCapacity: max,
+        initialCapacity: initial,
+        onBound: onBound ? (e) => onBound(e.bound, e.limit, e.wanted) : undefined,
+      },
+      this.clock,
+    );
+    return { controller, worker };
+  }
+
+  private isHealthy(worker: AdaptiveWorker): boolean {
+    return this.listWorkers?.().includes(worker) ?? true;
+  }
+
+  /**
+   * One controller per listed worker, made the first time it is seen: it cold-starts from its
+   * report, its ceiling is its report (and the pool's bound), and its floor is its share of the
+   * pool's floor. A worker that leaves keeps its controller (it may come back).
+   */
+  private sync(): void {
+    const workers = this.listWorkers?.();
+    if (workers === undefined) return;
+    let reported = 0;
+    for (const w of workers) reported += w.availableCapacity;
+    for (const w of workers) {
+      const known = this.controllers.get(w.url);
+      if (known !== undefined) {
+        known.worker = w;
+        continue;
+      }
+      const report = Math.max(1, w.availableCapacity);
+      const share = reported > 0 ? w.availableCapacity / reported : 1 / workers.length;
+      const max = Math.max(1, Math.min(report, this.maxCapacity));
+      const min = Math.min(max, Math.max(1, Math.ceil(this.minCapacity * share)));
+      this.controllers.set(w.url, this.create(w, min, max, report));
+    }
+  }
+
+  /** The pool's limit: the healthy workers' limits summed (each under its report), clamped. */
+  private sum(): number {
+    const workers = this.listWorkers?.();
+    if (workers === undefined) return this.controllers.get(POOL)!.controller.limit;
+    let sum = 0;
+    for (const w of workers) {
+      const c = this.controllers.get(w.url);
+      const limit = c === undefined ? w.availableCapacity : Math.min(c.controller.limit, w.availableCapacity);
+      w.adaptiveLimit = this.pinned ? undefined : c?.controller.limit;
+      sum += limit;
+    }
+    return Math.min(this.maxCapacity, Math.max(this.minCapacity, sum));
+  }
+
+  /** Workers or limits moved: recompute the pool's limit and tell the listeners. */
+  private refresh(): void {
+    this.sync();
+    this.current = this.sum();
+    this.notifier.changed(this.capacity);
+  }
+
+  /**
+   * Queued work shows a limit is in use only while it binds: at or above the worker's (or the
+   * pool's) reported capacity, the workers bind instead, and the limit must not climb on a queue
+   * it does not cause.
+   */
+  private report(): void {
+    const workers = this.listWorkers?.();
+    if (workers === undefined) {
+      const controller = this.controllers.get(POOL)!.controller;
+      const binding = controller.limit < this.discovered.capacity;
+      controller.sampleUsage(this.inflightNow, binding ? this.queuedNow : 0);
+      return;
+    }
+    for (const w of workers) {
+      const controller = this.controllers.get(w.url)?.controller;
+      if (controller === undefined) continue;
+      const binding = controller.limit < w.availableCapacity;
+      controller.sampleUsage(w.inflight, binding ? this.queuedNow : 0);
+    }
+  }
+}
+
+/** Which decision speaks for the pool when its workers decide differently. */
+function rank(d: AdaptiveDecision): number {
+  return d === "hold" ? 0 : d === "increase" ? 1 : 2;
 }

@@ -29,6 +29,7 @@ export class PinnableCapacity implements CapacitySource {
   /** Pins capacity (undefined = back to the source underneath). */
   setPin(capacity: number | undefined): void {
     this.pin = capacity;
+    this.inner.overridden?.(capacity !== undefined);
     this.notifier.changed(this.capacity);
   }
 

@@ -8,6 +8,8 @@ export interface CapacitySource {
   readonly capacity: number;
   /** Calls `listener` with the new capacity whenever it changes. */
   subscribe(listener: (capacity: number) => void): void;
+  /** An operator's pin is over it (true) or gone (false): a source may stand down meanwhile. */
+  overridden?(pinned: boolean): void;
 }
 
 /** Listeners and change detection, shared by the sources. */

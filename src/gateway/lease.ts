@@ -186,6 +186,8 @@ export class Lease implements ExchangeOwner, CancelSignal {
   dispatched(worker: Worker): void {
     this.worker = worker;
     this.dispatchedMs = performance.now() - this.t0;
+    // The worker's in-flight count moved: its adaptive controller re-samples its usage.
+    this.pool?.adaptive?.dispatched?.();
   }
 
   /** Runs the exchange with the worker; resolves with the worker's status. */
@@ -243,9 +245,12 @@ export class Lease implements ExchangeOwner, CancelSignal {
     this.ctx.workers.release(worker);
   }
 
-  /** A retried attempt's 503: an overload sample for the pool's adaptive capacity, as a final one is. */
+  /**
+   * A retried attempt's 503: an overload sample for the pool's adaptive capacity, as a final one
+   * is, for the worker that answered it (the current one: called before `leaveWorker`).
+   */
   overloadSample(): void {
-    if (this.dispatchedMs !== undefined) this.pool?.adaptive?.sample({ kind: "overload" });
+    if (this.dispatchedMs !== undefined) this.pool?.adaptive?.sample({ kind: "overload" }, this.worker?.url);
   }
 
   // --- ExchangeOwner -------------------------------------------------------------------------
@@ -383,8 +388,10 @@ export class Lease implements ExchangeOwner, CancelSignal {
   ): void {
     const dispatchedMs = this.dispatchedMs;
     if (dispatchedMs === undefined) return;
+    // The worker that served it (still set: `end` gives it back but keeps it).
+    const worker = this.worker?.url;
     if (code === "upstream_timeout" || (code === undefined && (status === 429 || status === 503))) {
-      feedback.sample({ kind: "overload" });
+      feedback.sample({ kind: "overload" }, worker);
       return;
     }
     if (outcome !== "ok" || status >= 400 || usage === undefined) return;
@@ -395,10 +402,10 @@ export class Lease implements ExchangeOwner, CancelSignal {
     if (this.reader?.isStream === true) {
       // A stream: its first byte is the first token, and the rest came at the decode pace.
       const tpotMs = output >= 2 ? (endMs - firstMs) / (output - 1) : undefined;
-      feedback.sample({ kind: "ok", ttftMs: firstMs - dispatchedMs, promptTokens, tpotMs });
+      feedback.sample({ kind: "ok", ttftMs: firstMs - dispatchedMs, promptTokens, tpotMs }, worker);
     } else if (output >= 1) {
       // A whole answer at once: only its pace per token is known (prefill included).
-      feedback.sample({ kind: "ok", tpotMs: (endMs - dispatchedMs) / output });
+      feedback.sample({ kind: "ok", tpotMs: (endMs - dispatchedMs) / output }, worker);
     }
   }
 

@@ -182,6 +182,8 @@ export async function startGateway(options: GatewayOptions, outcomes?: OutcomeSi
               maxCapacity: capacityOptions.maxCapacity,
               tpotSloMs: capacityOptions.tpotSloMs,
               ttftSloMs: capacityOptions.ttftSloMs,
+              // One controller per worker: each gets its own limit, which routing respects.
+              workers: () => group.healthy,
             },
             clock,
             (bound, limit, wanted) =>
@@ -295,7 +297,7 @@ export async function startGateway(options: GatewayOptions, outcomes?: OutcomeSi
   registerPoolMetrics(metrics.registry, () => pools.all);
   const capacityMetrics = registerCapacityMetrics(metrics.registry, {
     limit: () => capacity.capacity,
-    adaptive: () => mainPool()?.adaptive?.controller.snapshot(),
+    adaptive: () => mainPool()?.adaptive?.snapshot(),
     adjustments: () => mainPool()?.adaptive?.adjustments,
     shedding: () => mainPool()?.shedding?.status(),
   });

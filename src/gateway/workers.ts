@@ -59,6 +59,11 @@ export class Worker {
   healthy = false;
   /** Requests this gateway has in flight on the worker (the load routing policies balance). */
   inflight = 0;
+  /**
+   * Its own limit under adaptive capacity (src/capacity/adaptive.ts sets it): routing puts no more
+   * requests on it than this. Undefined in static mode: its capacity alone bounds it.
+   */
+  adaptiveLimit: number | undefined = undefined;
   private failures = 0;
   private successes = 0;
 
@@ -119,10 +124,15 @@ export class Worker {
     return this.breaker.capacityOf(this.capacity);
   }
 
-  /** It can take one more request: its circuit admits one, and (when `bounded`) it is under capacity. */
+  /**
+   * It can take one more request: its circuit admits one, and (when `bounded`) it is under its
+   * capacity and its adaptive limit.
+   */
   hasRoom(bounded: boolean): boolean {
     if (!this.breaker.admits(this.inflight)) return false;
-    return !bounded || this.inflight < this.capacity;
+    return (
+      !bounded || this.inflight < Math.min(this.capacity, this.adaptiveLimit ?? Number.POSITIVE_INFINITY)
+    );
   }
 
   /** Records one health probe; returns true when the worker's health flipped. */

@@ -69,12 +69,12 @@ export class SimPool {
       if (up.length === 0) return undefined;
       const a = up[this.rng.below(up.length)]!;
       const b = up[this.rng.below(up.length)]!;
-      return b.profile.maxRunning - b.load > a.profile.maxRunning - a.load ? b : a;
+      return b.roomLimit - b.load > a.roomLimit - a.load ? b : a;
     }
     let best: Worker | undefined;
     for (const w of workers) {
       if (!w.up) continue;
-      if (best === undefined || w.profile.maxRunning - w.load > best.profile.maxRunning - best.load) best = w;
+      if (best === undefined || w.roomLimit - w.load > best.roomLimit - best.load) best = w;
     }
     return best;
   }

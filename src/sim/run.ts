@@ -53,6 +53,7 @@ class SimRequest {
   ticket: SimTicket | undefined;
   hold: BudgetHold | undefined;
   job: Job | undefined;
+  workerUrl: string | undefined = undefined;
   admittedAt = Number.NaN;
   firstAt = Number.NaN;
   controller: AbortController | undefined;
@@ -296,7 +297,7 @@ function codeOf(err: unknown): Outcome {
 function capacityRun(gate: Gate): CapacityRun {
   return {
     mode: gate.adaptive ? "adaptive" : "static",
-    controller: gate.adaptive?.controller.snapshot(),
+    controller: gate.adaptive?.snapshot(),
     shedding: gate.shedding?.status(),
   };
 }
@@ -397,12 +398,15 @@ export async function runPolicy(
       const tokens = req.prompt + req.output;
       const gate = req.gate!;
       // The gateway's sample at the end of a stream: TTFT from dispatch, then the decode pace.
-      gate.adaptive?.sample({
-        kind: "ok",
-        ttftMs: req.firstAt - req.admittedAt,
-        promptTokens: req.prompt,
-        tpotMs: req.output >= 2 ? (t - req.firstAt) / (req.output - 1) : undefined,
-      });
+      gate.adaptive?.sample(
+        {
+          kind: "ok",
+          ttftMs: req.firstAt - req.admittedAt,
+          promptTokens: req.prompt,
+          tpotMs: req.output >= 2 ? (t - req.firstAt) / (req.output - 1) : undefined,
+        },
+        req.workerUrl,
+      );
       gate.shedding?.served(classOfRank(req.cls), req.tenant.spec.key, tokens);
       gate.policy.adjustCost(req.ticket!, tokens);
       if (req.hold) budgets!.settle(req.hold, { inputTokens: req.prompt, outputTokens: req.output });
@@ -459,6 +463,7 @@ export async function runPolicy(
                 : Math.min(scenario.capacity.maxCapacity, healthyCapacity(ws)),
             tpotSloMs: scenario.capacity.tpotSloMs,
             ttftSloMs: scenario.capacity.ttftSloMs,
+            workers: () => ws.filter((w) => w.up),
           },
           clock,
         )
@@ -617,9 +622,11 @@ export async function runPolicy(
     }
     const job = new Job(req.prompt, req.output, req.maxTokens, req);
     req.job = job;
+    req.workerUrl = worker.url;
     const served = servedModels[worker.index]!;
     served.set(req.tenant.spec.model, (served.get(req.tenant.spec.model) ?? 0) + 1);
     worker.submit(job);
+    req.gate!.adaptive?.dispatched();
   };
   const onReject = (req: SimRequest, err: unknown) => {
     handled++;
@@ -826,7 +833,7 @@ export async function runPolicy(
     series.kv[b] = up > 0 ? kv / up : 0;
     const adaptive = mainGate.adaptive;
     if (adaptive) {
-      const snap = adaptive.controller.snapshot();
+      const snap = adaptive.snapshot();
       series.tpotBaseline[b] = snap.tpotBaselineMs ?? Number.NaN;
       series.tpotP90[b] = snap.tpotP90Ms ?? Number.NaN;
     }

@@ -209,6 +209,8 @@ export interface WorkerStats {
 export class Worker {
   up = true;
   slowdown = 1;
+  /** Set by adaptive capacity: how many requests routing may put here (undefined: its max_running). */
+  adaptiveLimit: number | undefined = undefined;
   readonly stats: WorkerStats = {
     kvPreemptions: 0,
     kvPeak: 0,
@@ -251,6 +253,28 @@ export class Worker {
   /** Requests on this worker, running or queued (what routing balances). */
   get load(): number {
     return this.running.size + this.waiting.size;
+  }
+
+  /** Its identity for adaptive capacity (the gateway keys workers by URL). */
+  get url(): string {
+    return this.name;
+  }
+
+  /** What it reports it can run (nothing while down), as the gateway's Worker. */
+  get availableCapacity(): number {
+    return this.up ? this.profile.maxRunning : 0;
+  }
+
+  /** Requests the gateway has on it, as the gateway's Worker. */
+  get inflight(): number {
+    return this.load;
+  }
+
+  /** How many requests it may take: its adaptive limit, else what it reports. */
+  get roomLimit(): number {
+    return this.adaptiveLimit === undefined
+      ? this.profile.maxRunning
+      : Math.min(this.adaptiveLimit, this.profile.maxRunning);
   }
 
   get runningCount(): number {

@@ -158,8 +158,9 @@ describe("AdaptiveLimit: cold start", () => {
     const s = sim.ctl.snapshot();
     assert.equal(s.phase, "tracking");
     assert.ok(Math.abs(s.tpotBaselineMs! / (BASE_TPOT * 1.05) - 1) < 0.05, `baseline ${s.tpotBaselineMs}`);
-    // Probes re-anchor the baseline about once a minute and dip at most one step below it.
-    assert.ok(s.probes >= 5, `probes ${s.probes}`);
+    // The cold start's probe, then a re-probe every five minutes (adaptive_probe_interval_ms), each
+    // dipping at most one step below the band.
+    assert.ok(s.probes >= 2, `probes ${s.probes}`);
   });
 
   test("below the knee with enough demand it grows to the knee", (t) => {
@@ -214,6 +215,37 @@ describe("AdaptiveLimit: cold start", () => {
     assert.equal(low.limit, 2);
     assert.equal(low.snapshot().bound, "min");
     assert.equal(new AdaptiveLimit({ ...BOUNDS, initialCapacity: 10.7 }, clock).limit, 10);
+  });
+});
+
+describe("AdaptiveLimit: TPOT under an SLO", () => {
+  // TPOT rises with the batch from concurrency 4 on (a gentle slope, no knee in sight): 20 ms at
+  // 4, 30 ms at 30. The SLO is 40 ms. The baseline is learnt at 4 in flight.
+  const gentle = worker({ knee: 4, slope: 0.02 });
+  const run = (options: Partial<AdaptiveLimitOptions>) => {
+    const sim = new Sim({ tpotSloMs: 40, ...options }, gentle);
+    sim.demand = 4;
+    sim.run(60);
+    sim.demand = 30;
+    return sim.run(60);
+  };
+
+  test("TPOT that rises with the batch but stays under 0.9 x the SLO is no overload", (t) => {
+    const limits = run({});
+    t.diagnostic(`demand 30: limits ${range(limits).join("..")}`);
+    assert.ok(Math.min(...limits) >= 30, `the limit fell under the demand: ${range(limits).join("..")}`);
+  });
+
+  test("a rise past adaptive_slo_reference_cap x the baseline is a knee, SLO or not", (t) => {
+    const limits = run({ sloReferenceCap: 1.1 });
+    t.diagnostic(`demand 30: limits ${range(limits).join("..")}`);
+    assert.ok(Math.min(...limits) < 30, `the limit held: ${range(limits).join("..")}`);
+  });
+
+  test("adaptive_slo_reference 0: the same rise against the baseline alone shrinks the limit", (t) => {
+    const limits = run({ sloReference: 0 });
+    t.diagnostic(`demand 30: limits ${range(limits).join("..")}`);
+    assert.ok(Math.min(...limits) < 30, `the limit held: ${range(limits).join("..")}`);
   });
 });
 
@@ -484,6 +516,10 @@ describe("AdaptiveLimit: bounds", () => {
       [{ sampleCap: 1e7 }, "adaptive_sample_cap", /<= 65536/],
       [{ probeIntervalMs: -1 }, "adaptive_probe_interval_ms", />= 0/],
       [{ probeAfterDecreases: 1.5 }, "adaptive_probe_after_decreases", /integer/],
+      [{ sloReference: 1.5 }, "adaptive_slo_reference", />= 0 and <= 1/],
+      [{ sloReference: -0.1 }, "adaptive_slo_reference", />= 0 and <= 1/],
+      [{ sloReferenceCap: 0.9 }, "adaptive_slo_reference_cap", />= 1/],
+      [{ sloMinDecrease: 1 }, "adaptive_slo_min_decrease", />= 0 and < 1/],
     ];
     for (const [patch, key, message] of cases) {
       const err = configError(

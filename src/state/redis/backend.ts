@@ -87,6 +87,9 @@ interface GlobalView {
   total: number;
   inflight: number[];
   queued: number[];
+  /** Leases the replicas hold above their share (capacity / N), summed; and headroom below it. */
+  excess: number;
+  headroom: number;
 }
 
 const EMPTY_ARGS: ReadonlyArray<string | number> = [0, 0, -1, -1, -1, 0];
@@ -116,7 +119,10 @@ export class RedisAdmissionBackend implements AdmissionBackend, SlotOwner, Wakeu
   private readonly local: LocalShare;
   private readonly budgets: SharedBudgetBook | undefined;
   private readonly onBudgetRejection: ((tenant: string, code: string) => void) | undefined;
-  private readonly common: ReadonlyArray<string | number>;
+  /** ARGV 1 of every pool script: lease and replica TTLs, class settings, pool, channel prefix. */
+  private readonly poolSettings: string;
+  /** KEYS of the membership scripts: the pool's `st` key (the script derives the others). */
+  private readonly poolKey: readonly string[];
   private readonly queueLimit: number[] = [];
   private readonly timeoutMs: number[] = [];
   private readonly starvationMs: number[] = [];
@@ -142,6 +148,8 @@ export class RedisAdmissionBackend implements AdmissionBackend, SlotOwner, Wakeu
   private replicas: ReplicaStatus[] = [];
   /** The replica tokens alive when last seen. */
   private replicaTokens: string[] = [];
+  /** Slots this replica's local share holds back for other replicas' excess (Redis away). */
+  private heldBack = 0;
   private heartbeatTimer: NodeJS.Timeout | undefined;
   private reapTimer: NodeJS.Timeout | undefined;
   private pumpTimer: NodeJS.Timeout | undefined;
@@ -177,7 +185,14 @@ export class RedisAdmissionBackend implements AdmissionBackend, SlotOwner, Wakeu
     this.budgets = options.budgets;
     this.onBudgetRejection = options.onBudgetRejection;
     this.localCapacity = options.capacity;
-    this.view = { capacity: options.capacity, total: 0, inflight: [0, 0, 0, 0], queued: [0, 0, 0, 0] };
+    this.view = {
+      capacity: options.capacity,
+      total: 0,
+      inflight: [0, 0, 0, 0],
+      queued: [0, 0, 0, 0],
+      excess: 0,
+      headroom: 0,
+    };
     // Built (and its reservations checked) at the local capacity, as the in-process backend is.
     this.local = new LocalShare({
       capacity: options.capacity,
@@ -190,15 +205,16 @@ export class RedisAdmissionBackend implements AdmissionBackend, SlotOwner, Wakeu
     this.setWeights(options.tenantPolicies);
     const ttlMs = options.fleet.options.leaseTtlSecs * 1000;
     this.heartbeatMs = Math.max(50, Math.floor(ttlMs / 4));
-    const common: Array<string | number> = [ttlMs - this.heartbeatMs, ttlMs];
+    const floors: number[] = [];
+    const perSlot: number[] = [];
+    const starvation: number[] = [];
+    const canPreempt: boolean[] = [];
     for (let r = 0; r < CLASS_COUNT; r++) {
       const s = options.classes[classOfRank(r)];
-      common.push(
-        s.reserved_floor,
-        s.reserved_per_slot,
-        s.starvation_threshold_secs * 1000,
-        s.can_preempt ? 1 : 0,
-      );
+      floors.push(s.reserved_floor);
+      perSlot.push(s.reserved_per_slot);
+      starvation.push(s.starvation_threshold_secs * 1000);
+      canPreempt.push(s.can_preempt);
       this.queueLimit.push(s.queue_size);
       this.timeoutMs.push(s.queue_timeout_secs * 1000);
       this.starvationMs.push(s.starvation_threshold_secs * 1000);
@@ -207,8 +223,18 @@ export class RedisAdmissionBackend implements AdmissionBackend, SlotOwner, Wakeu
     }
     // Pool names travel in messages as `|`-separated fields: encoded there (keys keep the name).
     const poolTag = encodeURIComponent(this.pool);
-    common.push(options.fleet.keys.channelPrefix, poolTag);
-    this.common = common;
+    // ARGV 1 of every pool script, built once (pool-state.ts lists the fields).
+    this.poolSettings = JSON.stringify([
+      ttlMs - this.heartbeatMs,
+      ttlMs,
+      floors,
+      perSlot,
+      starvation,
+      canPreempt,
+      poolTag,
+      options.fleet.keys.channelPrefix,
+    ]);
+    this.poolKey = [this.keys.st];
     options.fleet.wakeups.register(poolTag, this);
     // Usable at once when Redis answers: an admission that finds the pool uninitialised registers
     // first (the admit script says "init").
@@ -332,7 +358,7 @@ export class RedisAdmissionBackend implements AdmissionBackend, SlotOwner, Wakeu
       hold === undefined ? 0 : 1,
       ...(hold === undefined ? EMPTY_ARGS : hold.reservationArgs()),
     ];
-    this.call("admit", "sluiceAdmit", [...this.keys.all, ...budgetKeys], args).then(
+    this.call("admit", "sluiceAdmit", [this.keys.st, ...budgetKeys], args).then(
       (out) => this.admitted(waiter, out as Array<string | number>, firstTry),
       (err: unknown) => this.admitFailed(waiter, err),
     );
@@ -504,7 +530,7 @@ export class RedisAdmissionBackend implements AdmissionBackend, SlotOwner, Wakeu
     this.call(
       "cancel",
       "sluiceCancel",
-      [...this.keys.all, ...budgetKeys],
+      [this.keys.st, ...budgetKeys],
       [waiter.id, refund ? "r" : "-", hold?.tpm ?? -1],
     ).then(
       (out) => this.readView(out as Array<string | number>, 1),
@@ -601,13 +627,37 @@ export class RedisAdmissionBackend implements AdmissionBackend, SlotOwner, Wakeu
     return slot;
   }
 
-  /** This replica's share of the fleet: capacity / N, less its leases still running. */
+  /**
+   * This replica's share of the fleet: capacity / N, less its leases still running, less what it
+   * holds back for the other replicas' excess when Redis went away.
+   */
   private applyLocalShare(): void {
     const n = Math.max(1, this.fleet.replicasAlive);
     const fleet = this.registered ? this.view.capacity : this.localCapacity;
+    const leased = this.leasedRunning();
+    this.local.scheduler.setCapacity(Math.max(0, Math.floor(fleet / n) - this.heldBack - leased));
+  }
+
+  private leasedRunning(): number {
     let leased = 0;
     for (const slot of this.slots.values()) if (slot.leased && slot.local === undefined) leased++;
-    this.local.scheduler.setCapacity(Math.max(0, Math.floor(fleet / n) - leased));
+    return leased;
+  }
+
+  /**
+   * Replicas running more than their share when Redis stops go on running it (their requests are
+   * not cut), so those below their share hold the excess back between them, each in proportion to
+   * its headroom, rounded up: the fleet stays within capacity while it switches to local shares.
+   * Taken from the last script's view, it is kept until Redis is back: the others' requests end
+   * unseen. A replica over its share holds nothing back (its own leases already count).
+   */
+  private holdBackAtOutage(): number {
+    if (!this.registered) return 0;
+    const { excess, headroom, capacity } = this.view;
+    if (!(excess > 0) || !(headroom > 0)) return 0;
+    const share = Math.floor(capacity / Math.max(1, this.fleet.replicasAlive));
+    const own = Math.max(0, share - this.leasedRunning());
+    return Math.min(own, Math.ceil((excess * own) / headroom));
   }
 
   private goDown(reason: string): void {
@@ -618,10 +668,11 @@ export class RedisAdmissionBackend implements AdmissionBackend, SlotOwner, Wakeu
     const n = Math.max(1, this.fleet.replicasAlive);
     if (this.fleet.options.failMode === "local") {
       this.fleet.localFallback = true;
+      this.heldBack = this.holdBackAtOutage();
       this.budgets?.goLocal();
       this.applyLocalShare();
       this.logger.warn(
-        { reason, replicas: n, localCapacity: this.local.scheduler.capacity },
+        { reason, replicas: n, localCapacity: this.local.scheduler.capacity, heldBack: this.heldBack },
         `shared state unreachable (${reason}): admitting on this replica's share of capacity (${this.local.scheduler.capacity} = capacity / ${n} replicas) with local budgets until Redis answers`,
       );
     } else {
@@ -667,6 +718,7 @@ export class RedisAdmissionBackend implements AdmissionBackend, SlotOwner, Wakeu
       if (this.budgets?.isLocal) await this.budgets.rejoin();
       else await this.budgets?.refresh();
       this.state = "shared";
+      this.heldBack = 0;
       if (this.fleet.localFallback) {
         this.fleet.localFallback = false;
         this.logger.info("shared state reachable again: the replica rejoined the fleet");
@@ -695,7 +747,7 @@ export class RedisAdmissionBackend implements AdmissionBackend, SlotOwner, Wakeu
       await this.call(
         "cancel",
         "sluiceCancel",
-        [...this.keys.all, this.fleet.keys.noBudget, this.fleet.keys.noBudget],
+        [this.keys.st, this.fleet.keys.noBudget, this.fleet.keys.noBudget],
         [id, "-", -1],
       );
     }
@@ -709,7 +761,7 @@ export class RedisAdmissionBackend implements AdmissionBackend, SlotOwner, Wakeu
     for (const s of slots) args.push(s.id, s.rank, s.units, s.weight, s.tenant);
     args.push(waiters.length);
     for (const w of waiters) args.push(w.id, w.rank, w.requestedRank, w.units, w.weight, w.tenant);
-    const out = (await this.call("adopt", "sluiceAdopt", this.keys.all, args)) as Array<string | number>;
+    const out = (await this.call("adopt", "sluiceAdopt", this.poolKey, args)) as Array<string | number>;
     for (const s of slots) {
       s.leased = true;
       s.epoch = this.epoch;
@@ -750,7 +802,7 @@ export class RedisAdmissionBackend implements AdmissionBackend, SlotOwner, Wakeu
     if (this.state !== "shared") return;
     const queued = [...this.waiters.values()].filter((w) => w.queued);
     if (queued.length === 0) return;
-    const scores = await this.fleet.connection.client.zmscore(this.keys.all[2]!, ...queued.map((w) => w.id));
+    const scores = await this.fleet.connection.client.zmscore(this.keys.leases, ...queued.map((w) => w.id));
     queued.forEach((w, i) => {
       if (scores[i] !== null && !w.done) this.grant(w, "queued");
     });
@@ -800,7 +852,7 @@ export class RedisAdmissionBackend implements AdmissionBackend, SlotOwner, Wakeu
       this.call(
         "release",
         "sluiceRelease",
-        [...this.keys.all, ...budgetKeys],
+        [this.keys.st, ...budgetKeys],
         [slot.id, actual, closing?.op ?? "-", closing?.dTokens ?? 0, closing?.dUsd ?? 0, hold?.tpm ?? -1],
       ).then(
         (out) => this.readView(out as Array<string | number>, 1),
@@ -849,7 +901,7 @@ export class RedisAdmissionBackend implements AdmissionBackend, SlotOwner, Wakeu
     const info = `${process.pid}|${this.fleet.startedAt}|${hostname()}`;
     let out: Array<unknown>;
     try {
-      out = (await this.call("heartbeat", "sluiceHeartbeat", this.keys.all, [
+      out = (await this.call("heartbeat", "sluiceHeartbeat", this.poolKey, [
         this.fleet.replicaToken,
         info,
         this.localCapacity,
@@ -966,6 +1018,8 @@ export class RedisAdmissionBackend implements AdmissionBackend, SlotOwner, Wakeu
       total: Number(out[at + 1]),
       inflight: [Number(out[at + 2]), Number(out[at + 3]), Number(out[at + 4]), Number(out[at + 5])],
       queued: [Number(out[at + 6]), Number(out[at + 7]), Number(out[at + 8]), Number(out[at + 9])],
+      excess: Number(out[at + 11]) || 0,
+      headroom: Number(out[at + 12]) || 0,
     };
     // Replicas registered (the local share's divisor if Redis goes away next).
     const replicas = Number(out[at + 10]);
@@ -981,13 +1035,13 @@ export class RedisAdmissionBackend implements AdmissionBackend, SlotOwner, Wakeu
     args: ReadonlyArray<string | number>,
   ): Promise<unknown> {
     const started = performance.now();
-    const out = await runScript(this.fleet.connection.client, name, keys, [...this.common, ...args]);
+    const out = await runScript(this.fleet.connection.client, name, keys, [this.poolSettings, ...args]);
     this.fleet.metrics?.roundTrip(op, (performance.now() - started) / 1000);
     return out;
   }
 
   private script(op: StateOp, name: ScriptName, args: Array<string | number>): void {
-    this.call(op, name, [...this.keys.all, this.fleet.keys.noBudget, this.fleet.keys.noBudget], args).then(
+    this.call(op, name, [this.keys.st, this.fleet.keys.noBudget, this.fleet.keys.noBudget], args).then(
       (out) => this.readView(out as Array<string | number>, op === "refuse" ? 0 : 1),
       (err: unknown) => this.fleet.connection.failed(err),
     );
@@ -1010,7 +1064,7 @@ export class RedisAdmissionBackend implements AdmissionBackend, SlotOwner, Wakeu
     }
     this.pin = pin;
     if (pin !== undefined) this.view.capacity = pin;
-    this.call("pin", "sluicePin", this.keys.all, [pin ?? -1]).then(
+    this.call("pin", "sluicePin", this.poolKey, [pin ?? -1]).then(
       (out) => {
         const o = out as Array<string | number>;
         this.pin = Number(o[0]) >= 0 ? Number(o[0]) : undefined;

@@ -14,9 +14,12 @@
 const CLASS_KEYS = ["pre", "q", "qa"] as const;
 
 export interface PoolKeys {
-  /** The 25 keys every admission script takes, in KEYS order. */
+  /** Every key of the pool's admission state (listing and tests; the scripts derive them from st). */
   readonly all: readonly string[];
+  /** The pool's settings and counters; KEYS[1] of every pool script. */
   readonly st: string;
+  /** Leases held: id -> expiry ms. */
+  readonly leases: string;
 }
 
 export class StateKeys {
@@ -45,7 +48,7 @@ export class StateKeys {
     for (const name of CLASS_KEYS) for (let r = 0; r < 4; r++) all.push(`${p}${name}${r}`);
     all.push(`${p}tmeta`);
     for (let r = 0; r < 4; r++) all.push(`${p}vt${r}`);
-    return { all, st: all[0]! };
+    return { all, st: all[0]!, leases: all[2]! };
   }
 
   budget(tenant: string): string {

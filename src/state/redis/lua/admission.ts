@@ -74,7 +74,7 @@ local t = {rank = rank, req = req, units = tonumber(ARGV[A + 4]), weight = tonum
 local room = ARGV[A + 7] == '1'
 local held = '0'
 if ARGV[A + 9] == '1' then
-  local verdict = budgetReserve(KEYS[26], KEYS[27], tonumber(ARGV[A + 10]), tonumber(ARGV[A + 11]),
+  local verdict = budgetReserve(KEYS[2], KEYS[3], tonumber(ARGV[A + 10]), tonumber(ARGV[A + 11]),
     tonumber(ARGV[A + 12]), tonumber(ARGV[A + 13]), tonumber(ARGV[A + 14]), tonumber(ARGV[A + 15]))
   if verdict[1] == 'ok' then held = '1'
   elseif verdict[1] ~= 'dup' then
@@ -97,12 +97,12 @@ if not ahead and headroom(rank) > 0 then
   save()
   ${withSnapshot("{'fast', held, ''}")}
 end
-if not ahead and CANP[rank] and claimVictim(id, t) then
+if not ahead and CANP[rank + 1] and claimVictim(id, t) then
   save()
   ${withSnapshot("{'claim', held, ''}")}
 end
 if not room then
-  if held == '1' then budgetClose(KEYS[26], KEYS[27], 'r', 0, 0, tonumber(ARGV[A + 12])) end
+  if held == '1' then budgetClose(KEYS[2], KEYS[3], 'r', 0, 0, tonumber(ARGV[A + 12])) end
   save()
   ${withSnapshot("{'full', '0', ''}")}
 end
@@ -128,7 +128,7 @@ if lease then
   dispatch()
 end
 if ARGV[A + 3] ~= '-' then
-  budgetClose(KEYS[26], KEYS[27], ARGV[A + 3], tonumber(ARGV[A + 4]), tonumber(ARGV[A + 5]), tonumber(ARGV[A + 6]))
+  budgetClose(KEYS[2], KEYS[3], ARGV[A + 3], tonumber(ARGV[A + 4]), tonumber(ARGV[A + 5]), tonumber(ARGV[A + 6]))
 end
 save()
 ${withSnapshot("{lease and 1 or 0}")}
@@ -172,7 +172,7 @@ else
     result = 'released'
   end
 end
-if ARGV[A + 2] ~= '-' then budgetClose(KEYS[26], KEYS[27], 'r', 0, 0, tonumber(ARGV[A + 3])) end
+if ARGV[A + 2] ~= '-' then budgetClose(KEYS[2], KEYS[3], 'r', 0, 0, tonumber(ARGV[A + 3])) end
 save()
 ${withSnapshot("{result}")}
 `;

@@ -9,39 +9,40 @@
  * the live capacity highest class first; starvation pass first (reservations ignored, capacity
  * binding), then strict priority; no queue jumping.
  *
- * KEYS (all under one hash tag, see keys.ts):
- *   1 st (hash: epoch cap pin t i0..i3 seq)   2 capd (hash replica -> reported capacity)
- *   3 leases (zset id -> expiry ms)            4 lmeta (hash id -> rank|replica|units|weight|seq|tenant)
- *   5 claims (hash victim lease -> preemptor ticket)
- *   6 rl (hash replica -> leases held)         7 replicas (zset replica -> heartbeat expiry ms)
- *   8 rinfo (hash replica -> info)             9..12 pre0..3 (zset lease -> admission seq)
- *   13..16 q0..3 (zset ticket -> fair tag)     17..20 qa0..3 (zset ticket -> enqueue ms)
- *   21 tmeta (hash ticket -> rank|req|replica|units|weight|enq|tag|tenant)
- *   22..25 vt0..3 (hash tenant -> last fair tag; field "~floor" = the class's virtual time)
- *   26 bud, 27 breq: the tenant's budget and the request's hold (admit, release and cancel only)
- * ARGV 1 lease ms, 2 replica TTL ms, 3..18 per class 0..3: floor, per_slot, starvation ms,
- *   can_preempt (1/0), 19 channel prefix, 20 pool; a script's own arguments start at 21.
+ * KEYS 1 is the pool's `st` key; the pool's other keys share its prefix (`<pool prefix>st` ->
+ * `<pool prefix>leases`, ...) and its hash tag, so the script derives them instead of taking 25
+ * names on every call (the names were most of a call's bytes and of the client's encoding time):
+ *   st (hash: epoch cap pin t i0..i3 seq q0..q3)   capd (hash replica -> reported capacity)
+ *   leases (zset id -> expiry ms)            lmeta (hash id -> rank|replica|units|weight|seq|tenant)
+ *   claims (hash victim lease -> preemptor ticket)
+ *   rl (hash replica -> leases held)         replicas (zset replica -> heartbeat expiry ms)
+ *   rinfo (hash replica -> info)             pre0..3 (zset lease -> admission seq)
+ *   q0..3 (zset ticket -> fair tag)          qa0..3 (zset ticket -> enqueue ms)
+ *   tmeta (hash ticket -> rank|req|replica|units|weight|enq|tag|tenant)
+ *   vt0..3 (hash tenant -> last fair tag; field "~floor" = the class's virtual time)
+ *   KEYS 2 bud, 3 breq: the tenant's budget and the request's hold (admit, release and cancel only)
+ * ARGV 1 the pool's settings, one JSON array built once per backend: lease ms, replica TTL ms,
+ *   then per class (rank 0..3) the floors, the per-slot fractions, the starvation thresholds in ms
+ *   and whether it may preempt (four arrays), the pool's name (URI-encoded), the channel prefix.
+ *   A script's own arguments start at 2.
  */
-export const COMMON_ARGS = 20;
-export const POOL_KEY_COUNT = 25;
 
 export const POOL_STATE_LUA = `
-local ST, CAPD, LEASES, LMETA, CLAIMS, RL, REPLICAS, RINFO = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7], KEYS[8]
-local PRE = {[0] = KEYS[9], KEYS[10], KEYS[11], KEYS[12]}
-local Q = {[0] = KEYS[13], KEYS[14], KEYS[15], KEYS[16]}
-local QA = {[0] = KEYS[17], KEYS[18], KEYS[19], KEYS[20]}
-local TMETA = KEYS[21]
-local VT = {[0] = KEYS[22], KEYS[23], KEYS[24], KEYS[25]}
-local LEASE_MS = tonumber(ARGV[1])
-local REPLICA_TTL = tonumber(ARGV[2])
-local FLOOR, PER, STARVE, CANP = {}, {}, {}, {}
-for r = 0, 3 do
-  local b = 3 + r * 4
-  FLOOR[r] = tonumber(ARGV[b]); PER[r] = tonumber(ARGV[b + 1]); STARVE[r] = tonumber(ARGV[b + 2]); CANP[r] = ARGV[b + 3] == '1'
-end
-local CHAN = ARGV[19]
-local POOL = ARGV[20]
-local A = 20
+local ST = KEYS[1]
+local P = string.sub(ST, 1, -3)
+local CAPD, LEASES, LMETA, CLAIMS, RL, REPLICAS, RINFO = P .. 'capd', P .. 'leases', P .. 'lmeta', P .. 'claims', P .. 'rl', P .. 'replicas', P .. 'rinfo'
+local PRE = {[0] = P .. 'pre0', P .. 'pre1', P .. 'pre2', P .. 'pre3'}
+local Q = {[0] = P .. 'q0', P .. 'q1', P .. 'q2', P .. 'q3'}
+local QA = {[0] = P .. 'qa0', P .. 'qa1', P .. 'qa2', P .. 'qa3'}
+local TMETA = P .. 'tmeta'
+local VT = {[0] = P .. 'vt0', P .. 'vt1', P .. 'vt2', P .. 'vt3'}
+-- cjson.decode is one C call: parsing the settings in Lua cost more than the rest of the preamble.
+local SET = cjson.decode(ARGV[1])
+local LEASE_MS, REPLICA_TTL = SET[1], SET[2]
+-- Per class, indexed by rank + 1 (Lua arrays start at 1).
+local FLOOR, PER, STARVE, CANP = SET[3], SET[4], SET[5], SET[6]
+local POOL, CHAN = SET[7], SET[8]
+local A = 1
 local PIN_CHANGED = false
 
 local clock = redis.call('TIME')
@@ -83,7 +84,7 @@ local RES = {[0] = 0, 0, 0, 0}
 local function reserve()
   local remaining = cap or 0
   for r = 3, 0, -1 do
-    local want = math.max(FLOOR[r], math.ceil(PER[r] * (cap or 0)))
+    local want = math.max(FLOOR[r + 1], math.ceil(PER[r + 1] * (cap or 0)))
     local got = math.min(want, math.max(0, remaining))
     RES[r] = got
     remaining = remaining - got
@@ -102,7 +103,7 @@ end
 
 -- A class is preemptible while some higher class may preempt.
 local function preemptible(r)
-  for h = r + 1, 3 do if CANP[h] then return true end end
+  for h = r + 1, 3 do if CANP[h + 1] then return true end end
   return false
 end
 
@@ -172,7 +173,7 @@ local function dispatch()
       local oldest = QN[r] > 0 and redis.call('ZRANGE', QA[r], 0, 0, 'WITHSCORES') or {}
       if oldest[1] then
         local at = tonumber(oldest[2])
-        if NOW - at >= STARVE[r] and (not best or at < bestAt) then best, bestAt = oldest[1], at end
+        if NOW - at >= STARVE[r + 1] and (not best or at < bestAt) then best, bestAt = oldest[1], at end
       end
     end
     if not best then break end
@@ -269,8 +270,22 @@ local function agreeCapacity()
   return false
 end
 
+-- Besides the counts: the replicas' excess over their local share (capacity / N) and the
+-- headroom below it, so that a replica going local when Redis stops holds back its part of the
+-- others' excess (local-share.ts).
 local function snapshot()
+  local n = redis.call('ZCARD', REPLICAS)
+  local excess, headroom = 0, 0
+  if cap and n > 0 then
+    local share = math.floor(cap / n)
+    local held = redis.call('HVALS', RL)
+    for _, v in ipairs(held) do
+      local l = tonumber(v)
+      if l > share then excess = excess + l - share else headroom = headroom + share - l end
+    end
+    if n > #held then headroom = headroom + (n - #held) * share end
+  end
   return {cap or -1, total, inf[0], inf[1], inf[2], inf[3],
-    QN[0], QN[1], QN[2], QN[3], redis.call('ZCARD', REPLICAS)}
+    QN[0], QN[1], QN[2], QN[3], n, excess, headroom}
 end
 `;

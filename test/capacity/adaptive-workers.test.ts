@@ -1,0 +1,144 @@
+/**
+ * AdaptiveCapacity with a worker list: one controller per worker, the pool's capacity their sum
+ * (clamped to the bounds), each worker's limit written where routing reads it, and a pin that
+ * lifts them. Fake workers and a ManualClock: every window is closed by hand.
+ */
+import assert from "node:assert/strict";
+import { describe, test } from "node:test";
+import { AdaptiveCapacity, type AdaptiveWorker } from "../../src/capacity/adaptive.js";
+import { PinnableCapacity } from "../../src/capacity/pinned.js";
+import { CapacityNotifier, type CapacitySource } from "../../src/capacity/source.js";
+import { ManualClock } from "../../src/core/clock.js";
+
+function fakeWorker(url: string, capacity: number): AdaptiveWorker & { inflight: number } {
+  return { url, availableCapacity: capacity, inflight: 0, adaptiveLimit: undefined };
+}
+
+function setup(options: { min?: number; max?: number } = {}) {
+  const clock = new ManualClock(0);
+  const workers = [fakeWorker("http://a", 32), fakeWorker("http://b", 32)];
+  const healthy = { list: workers as AdaptiveWorker[] };
+  const notifier = new CapacityNotifier();
+  const discovered: CapacitySource = {
+    get capacity() {
+      return healthy.list.reduce((s, w) => s + w.availableCapacity, 0);
+    },
+    subscribe: (listener) => notifier.subscribe(listener),
+  };
+  const adaptive = new AdaptiveCapacity(
+    discovered,
+    { minCapacity: options.min, maxCapacity: options.max, tpotSloMs: 20, workers: () => healthy.list },
+    clock,
+  );
+  /** One window: each worker runs at its limit; `tpot(w, c)` gives its time per token at c. */
+  const window = (tpot: (w: number, c: number) => number) => {
+    workers.forEach((w, i) => {
+      w.inflight = Math.min(w.adaptiveLimit ?? w.availableCapacity, w.availableCapacity);
+      adaptive.dispatched();
+      for (let k = 0; k < 20; k++) {
+        adaptive.sample(
+          { kind: "ok", tpotMs: tpot(i, w.inflight) * (0.98 + (0.04 * ((k * 7) % 10)) / 10) },
+          w.url,
+        );
+      }
+    });
+    adaptive.queued(0);
+    clock.advance(1000);
+    adaptive.closeWindow();
+  };
+  return { clock, workers, healthy, notifier, adaptive, window };
+}
+
+/** TPOT 10 ms up to the knee, then +100% per extra request. */
+const kneeAt = (knee: number) => (c: number) => (c <= knee ? 10 : 10 * (1 + (c - knee)));
+
+describe("AdaptiveCapacity with one controller per worker", () => {
+  test("cold start: each worker's limit is its report, the pool's their sum", () => {
+    const { adaptive, workers } = setup();
+    assert.equal(adaptive.capacity, 64, "the pool starts at 32 + 32");
+    assert.deepEqual(
+      workers.map((w) => w.adaptiveLimit),
+      [32, 32],
+      "each worker's limit starts at its report",
+    );
+    assert.deepEqual(
+      adaptive.snapshot().workers.map((w) => [w.worker, w.limit]),
+      [
+        ["http://a", 32],
+        ["http://b", 32],
+      ],
+      "the snapshot lists both",
+    );
+  });
+
+  test("a worker with a lower knee gets a lower limit; the pool's capacity is the sum", () => {
+    const { adaptive, workers, window } = setup();
+    const knees = [8, 3];
+    for (let i = 0; i < 60; i++) window((w, c) => kneeAt(knees[w]!)(c));
+    const [a, b] = workers.map((w) => w.adaptiveLimit!);
+    assert.ok(a! > b!, `fast ${a}, slow ${b}`);
+    assert.ok(b! <= 5, `the slow worker's limit ${b} is near its knee of 3`);
+    assert.ok(a! >= 6 && a! <= 12, `the fast worker's limit ${a} is near its knee of 8`);
+    assert.equal(adaptive.capacity, a! + b!, `capacity ${adaptive.capacity} = ${a} + ${b}`);
+  });
+
+  test("the pool's capacity is clamped to adaptive_min_capacity and adaptive_max_capacity", () => {
+    const low = setup({ min: 20 });
+    for (let i = 0; i < 60; i++) low.window((_w, c) => kneeAt(2)(c));
+    // The floor is shared by report: each worker holds at least 10 where its knee (2) is lower.
+    assert.deepEqual(
+      low.workers.map((w) => w.adaptiveLimit),
+      [10, 10],
+      "each worker sits at its share of the floor",
+    );
+    assert.equal(low.adaptive.capacity, 20, "the pool holds its floor");
+    const high = setup({ max: 40 });
+    assert.equal(high.adaptive.capacity, 40, "the cold start is clamped to the ceiling");
+    assert.deepEqual(
+      high.workers.map((w) => w.adaptiveLimit),
+      [32, 32],
+      "each worker keeps its own report as its ceiling",
+    );
+  });
+
+  test("a pin lifts the workers' limits, unpinning puts them back", () => {
+    const { adaptive, workers, window } = setup();
+    for (let i = 0; i < 60; i++) window((_w, c) => kneeAt(4)(c));
+    const before = workers.map((w) => w.adaptiveLimit);
+    assert.ok(
+      before.every((l) => l !== undefined && l < 32),
+      `limits ${before}`,
+    );
+    const pinnable = new PinnableCapacity(adaptive);
+    pinnable.setPin(60);
+    assert.equal(pinnable.capacity, 60);
+    assert.deepEqual(
+      workers.map((w) => w.adaptiveLimit),
+      [undefined, undefined],
+      "under a pin, routing bounds each worker by its report alone",
+    );
+    pinnable.setPin(undefined);
+    assert.deepEqual(
+      workers.map((w) => w.adaptiveLimit),
+      before,
+      "unpinned: the limits are back",
+    );
+  });
+
+  test("a worker that leaves takes its limit out of the pool's capacity at once", () => {
+    const { adaptive, healthy, workers, notifier } = setup();
+    const seen: number[] = [];
+    adaptive.subscribe((c) => seen.push(c));
+    healthy.list = [workers[0]!];
+    notifier.changed(32);
+    assert.equal(adaptive.capacity, 32, "only the remaining worker counts");
+    assert.deepEqual(seen, [32], "listeners hear it");
+  });
+
+  test("samples without a known worker are dropped, not charged to another", () => {
+    const { adaptive } = setup();
+    adaptive.sample({ kind: "ok", tpotMs: 500 }, "http://unknown");
+    adaptive.sample({ kind: "ok", tpotMs: 500 });
+    assert.equal(adaptive.snapshot().storedSamples, 0, "no controller kept them");
+  });
+});
