@@ -673,7 +673,7 @@ export class RedisAdmissionBackend implements AdmissionBackend, SlotOwner, Wakeu
       this.applyLocalShare();
       this.logger.warn(
         { reason, replicas: n, localCapacity: this.local.scheduler.capacity, heldBack: this.heldBack },
-        `shared state unreachable (${reason}): admitting on this replica's share of capacity (${this.local.scheduler.capacity} = capacity / ${n} replicas) with local budgets until Redis answers`,
+        `shared state unreachable (${reason}): admitting on this replica's share of capacity (${this.local.scheduler.capacity} = capacity / ${n} replicas, less its running requests${this.heldBack > 0 ? ` and ${this.heldBack} held back for other replicas running above their share` : ""}) with local budgets until Redis answers`,
       );
     } else {
       this.logger.warn(
