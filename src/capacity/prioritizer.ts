@@ -8,13 +8,23 @@
  * of the class's recent token usage, heaviest highest, so inside a class the tenants that used the
  * most tokens recently are shed first. Usage decays with a half-life (default 60 s).
  *
- * Calibration, once per second (the caller runs calibrate()):
- *   predicted wait = queued requests / recent completions per second
- *   wait <= maxQueueWaitMs  -> threshold 0 (nothing shed)
- *   otherwise               -> from the top level down, count the queued requests whose level is
- *                              >= L; the threshold is the lowest L whose count still fits in
- *                              maxQueueWaitMs of service (count <= rate * maxQueueWait). Arrivals
- *                              below it are refused.
+ * Calibration, once per second (the caller runs calibrate()), from the queue's level histogram
+ * and the histogram of the last period's arrivals (shed or not: the forecast of the next second's):
+ *   rate   = recent completions per second (smoothed)
+ *   budget = rate * (maxQueueWaitMs + 1 s): what may wait within the bound, plus what the next
+ *            second serves
+ *   from the top level down, add each level's queued requests and arrivals per second; at the
+ *   first level L where the sum passes the budget, the room left admits a fraction a of L's
+ *   arrivals, and threshold = L + 1 - a (nothing shed when the sum never passes it).
+ * An arrival below floor(threshold) is refused; one at floor(threshold) is refused with probability
+ * threshold - floor(threshold) (a deterministic low-discrepancy draw, so runs repeat). The
+ * fraction matters: with one tenant in a class every request has the same level, and a whole-level
+ * threshold could only refuse all of them or none, a second of each, which let a second's burst
+ * of arrivals in at a time and queued them for several seconds. With the fraction, the admitted
+ * rate follows the completions and the wait stays near its bound.
+ * An empty queue sheds nothing (the slots took every arrival, however many). predicted wait =
+ * queued requests / rate, shown in status and used for Retry-After. With no completion yet
+ * (rate 0) and a queue, nothing fits: every level up to the highest one queued is refused.
  * The threshold never passes SYSTEM_LEVEL (system is never shed), and, levels being class-major,
  * interactive is shed only once every bulk and default level is.
  *
@@ -46,7 +56,10 @@ export interface PrioritizerOptions {
 }
 
 export interface PrioritizerStatus {
-  /** Arrivals below this level are refused (0 = none). */
+  /**
+   * Arrivals below floor(threshold) are refused, and at floor(threshold) the fraction
+   * threshold - floor(threshold) of them (0 = none).
+   */
   threshold: number;
   predictedWaitMs: number;
   completionsPerSec: number;
@@ -60,6 +73,11 @@ interface UsageEntry {
   tokens: number;
   atMs: number;
 }
+
+/** Levels 0..399: 100 per class. */
+const LEVELS = SYSTEM_LEVEL + 100;
+/** 1 / golden ratio: successive fractional parts of k * this are as evenly spread as can be. */
+const GOLDEN = 0.6180339887498949;
 
 const RANK_BASE: Record<PriorityClass, number> = {
   bulk: 0,
@@ -86,6 +104,10 @@ export class Prioritizer {
   private shedCount = 0;
   /** Per CoDel class: smallest wait this interval, the interval's start, and whether it sheds. */
   private readonly sojourn = new Map<PriorityClass, { min: number; since: number; shedding: boolean }>();
+  /** Arrivals per level since the last calibration (levels are 0..399). */
+  private arrivals = new Float64Array(LEVELS);
+  /** Draws for the threshold level's fraction: golden-ratio steps, evenly spread (and repeatable). */
+  private draw = 0;
 
   constructor(
     private readonly options: PrioritizerOptions,
@@ -160,8 +182,15 @@ export class Prioritizer {
   /** True when a request at this level (of this class) is to be refused now. */
   shouldShed(cls: PriorityClass, level: number): boolean {
     if (cls === "system") return false;
+    if (level >= 0 && level < LEVELS) this.arrivals[Math.floor(level)]!++;
     const s = this.sojourn.get(cls);
-    let refuse = level < this.currentThreshold;
+    const t = this.currentThreshold;
+    const whole = Math.floor(t);
+    let refuse = level < whole;
+    if (!refuse && level < whole + 1 && t > whole) {
+      this.draw = (this.draw + GOLDEN) % 1;
+      refuse = this.draw < t - whole;
+    }
     if (!refuse && s !== undefined) {
       const now = this.clock.now();
       if (now - s.since >= this.codelIntervalMs) this.closeInterval(s, now);
@@ -185,31 +214,46 @@ export class Prioritizer {
     // Smoothed so one quiet second does not predict an endless wait.
     this.rate = this.rate === 0 ? observed : 0.5 * this.rate + 0.5 * observed;
 
-    const histogram = new Map<number, number>();
+    const queuedAt = new Float64Array(LEVELS);
     let total = 0;
     for (const { level, count } of queued) {
-      if (count <= 0) continue;
-      histogram.set(level, (histogram.get(level) ?? 0) + count);
+      if (!(count > 0) || !(level >= 0 && level < LEVELS)) continue;
+      queuedAt[Math.floor(level)]! += count;
       total += count;
     }
+    const arrivals = this.arrivals;
+    this.arrivals = new Float64Array(LEVELS);
     this.queuedTotal = total;
     this.predictedWait =
       total === 0 ? 0 : this.rate > 0 ? (total / this.rate) * 1000 : Number.POSITIVE_INFINITY;
-    if (this.predictedWait <= this.options.maxQueueWaitMs) {
+    if (total === 0 || (this.currentThreshold === 0 && this.predictedWait <= this.options.maxQueueWaitMs)) {
+      // Nothing waits (the slots had room for every arrival, however many), or the wait is within
+      // its bound and nothing is being shed: a short queue in a burst is no reason to start.
       this.currentThreshold = 0;
       return;
     }
-    // What can be served within the wait bound; the levels above the threshold must fit in it.
-    const fits = (this.rate * this.options.maxQueueWaitMs) / 1000;
-    const levels = [...histogram.keys()].sort((a, b) => b - a);
-    let above = 0;
+    if (this.rate === 0) {
+      // Nothing served yet: nothing fits. Refuse the levels at or below the highest one queued
+      // (a higher level would go ahead of all of them); the arrivals forecast nothing here.
+      let top = LEVELS - 1;
+      while (top > 0 && queuedAt[top] === 0) top--;
+      this.currentThreshold = Math.min(top + 1, SYSTEM_LEVEL);
+      return;
+    }
+    const perSecond = 1000 / elapsed;
+    const budget = (this.rate * (this.options.maxQueueWaitMs + 1000)) / 1000;
+    let sum = 0;
     let threshold = 0;
-    for (const level of levels) {
-      if (above + histogram.get(level)! > fits) {
-        threshold = level + 1;
+    for (let level = LEVELS - 1; level >= 0; level--) {
+      const arriving = arrivals[level]! * perSecond;
+      const next = sum + queuedAt[level]! + arriving;
+      if (next > budget) {
+        const room = budget - sum - queuedAt[level]!;
+        const admitted = room > 0 && arriving > 0 ? Math.min(1, room / arriving) : 0;
+        threshold = level + 1 - admitted;
         break;
       }
-      above += histogram.get(level)!;
+      sum = next;
     }
     this.currentThreshold = Math.min(threshold, SYSTEM_LEVEL);
   }

@@ -203,7 +203,9 @@ function shedding(sources: DashboardSources): SheddingView {
   const parts: string[] = [];
   if (threshold !== null && threshold > 0) {
     // A level is class rank * 100 + 99 - usage level (docs/adaptive.md).
-    parts.push(`below level ${threshold} (${classOfRank(Math.min(3, Math.floor(threshold / 100)))})`);
+    parts.push(
+      `below level ${Number(threshold.toFixed(2))} (${classOfRank(Math.min(3, Math.floor(threshold / 100)))})`,
+    );
   }
   for (const cls of status.prioritized?.codelShedding ?? []) parts.push(`${cls} (standing queue)`);
   if (keyed !== null && keyed < 100) parts.push(`keyed: ${round(keyed, 1)}% of keys admitted`);

@@ -30,7 +30,7 @@ export interface CapacityWindow {
   /** Seconds from the window's start until the limit stays within ±20% of its final median. */
   convergence_s: number | null;
   limit: { final_median: number; min: number; max: number } | null;
-  /** Median of the adaptive controller's TPOT baseline over the window (adaptive runs). */
+  /** Median over the window of the TPOT baseline (adaptive runs; at each bucket, the workers' median). */
   tpot_baseline_ms: number | null;
   /** Requests arriving after convergence that met their class's SLO, per second, all classes. */
   goodput_rps: number;

@@ -191,7 +191,7 @@ export interface PolicyReport {
       >
     >;
     tenants: Record<string, { tokens_per_s: number[] }>;
-    /** Adaptive runs: the controller's TPOT baseline and last TPOT p90 at each bucket's end. */
+    /** Adaptive runs: the workers' TPOT baselines and last TPOT p90s at each bucket's end (their medians). */
     tpot_baseline_ms?: (number | null)[];
     tpot_p90_ms?: (number | null)[];
     slo_windows: SloWindows;

@@ -833,9 +833,16 @@ export async function runPolicy(
     series.kv[b] = up > 0 ? kv / up : 0;
     const adaptive = mainGate.adaptive;
     if (adaptive) {
+      // One controller per worker: the fleet's signal is the median over the workers (the
+      // snapshot's own fields are those of the worker with the highest ratio, a biased pick).
       const snap = adaptive.snapshot();
-      series.tpotBaseline[b] = snap.tpotBaselineMs ?? Number.NaN;
-      series.tpotP90[b] = snap.tpotP90Ms ?? Number.NaN;
+      const perWorker = snap.workers ?? [];
+      series.tpotBaseline[b] =
+        perWorker.length > 0
+          ? medianOf(perWorker.map((w) => w.tpotBaselineMs))
+          : (snap.tpotBaselineMs ?? Number.NaN);
+      series.tpotP90[b] =
+        perWorker.length > 0 ? medianOf(perWorker.map((w) => w.tpotP90Ms)) : (snap.tpotP90Ms ?? Number.NaN);
     }
     // Entitlement of class c: the capacity no higher class holds, by reservation or by use, in
     // each gate where the class has waiters.
@@ -973,4 +980,12 @@ export async function runPolicy(
     endMs: finalT,
     events,
   };
+}
+
+/** Median of the known values (NaN when none is). */
+function medianOf(values: (number | null)[]): number {
+  const known = values.filter((v): v is number => v !== null).sort((a, b) => a - b);
+  if (known.length === 0) return Number.NaN;
+  const mid = known.length >> 1;
+  return known.length % 2 === 1 ? known[mid]! : (known[mid - 1]! + known[mid]!) / 2;
 }

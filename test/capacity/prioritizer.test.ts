@@ -116,6 +116,59 @@ describe("calibration", () => {
   });
 });
 
+describe("one tenant, one level: the threshold refuses a fraction of it", () => {
+  /**
+   * 64 arrivals a second at one level (one tenant in one class) against 10 completions a second:
+   * a whole-level threshold could only refuse all of them or none, a second of each, and every
+   * open second queued 64 requests for six seconds of service. The fraction keeps the admitted
+   * rate at the completions and the wait near its bound.
+   */
+  test("the admitted rate follows the completions; the queue stays near its bound", () => {
+    const clock = new ManualClock(0);
+    const maxQueueWaitMs = 1000;
+    const p = new Prioritizer({ maxQueueWaitMs }, clock);
+    const level = p.level("interactive", "chat");
+    let queue = 0;
+    const admittedPerSecond: number[] = [];
+    const queues: number[] = [];
+    for (let s = 0; s < 60; s++) {
+      let admitted = 0;
+      for (let i = 0; i < 64; i++) if (!p.shouldShed("interactive", level)) admitted++;
+      queue = Math.max(0, queue + admitted - 10);
+      admittedPerSecond.push(admitted);
+      queues.push(queue);
+      for (let i = 0; i < 10; i++) p.recordCompletion();
+      clock.advance(1000);
+      p.calibrate([{ level, count: queue }]);
+    }
+    const settled = admittedPerSecond.slice(10);
+    assert.ok(
+      settled.every((a) => a > 0 && a < 64),
+      `a fraction every second, never all or none: ${settled.join(",")}`,
+    );
+    const mean = settled.reduce((x, y) => x + y, 0) / settled.length;
+    assert.ok(mean > 8 && mean < 12, `admitted ${mean.toFixed(1)}/s against 10 completions/s`);
+    // The queue holds at most what the bound and one second of service allow (20 here).
+    assert.ok(Math.max(...queues.slice(10)) <= 20, `queue ${queues.slice(10).join(",")}`);
+    const t = p.threshold;
+    assert.ok(t > level && t < level + 1, `threshold ${t} inside the level`);
+  });
+
+  test("a burst that leaves a short queue sheds nothing; an empty queue sheds nothing", () => {
+    const clock = new ManualClock(0);
+    const p = new Prioritizer({ maxQueueWaitMs: 1000 }, clock);
+    const level = p.level("interactive", "chat");
+    for (let i = 0; i < 500; i++) p.shouldShed("interactive", level);
+    second(p, clock, 10, [{ level, count: 5 }]); // 0.5 s of queue, 500 arrivals: within the bound
+    assert.equal(p.threshold, 0);
+    for (let i = 0; i < 500; i++) p.shouldShed("interactive", level);
+    second(p, clock, 10, [{ level, count: 50 }]); // 5 s: shed, by the arrivals' forecast
+    assert.ok(p.threshold > level, `threshold ${p.threshold}`);
+    second(p, clock, 10, []);
+    assert.equal(p.threshold, 0, "nothing waits: the slots took every arrival");
+  });
+});
+
 describe("CoDel-style sojourn check", () => {
   test("a class whose smallest wait stays above target for an interval is shed, then released", () => {
     const clock = new ManualClock(0);
