@@ -65,6 +65,54 @@ function cell(w: CapacityWindow, attainable: number): string {
   ].join(" | ");
 }
 
+function policyLabel(policy: string, experiment: string | undefined): string {
+  if (policy === "experiment") return `sluice-adaptive, ${experiment}`;
+  if (policy === "best-fixed") return "best fixed limit";
+  if (policy === "best-fixed-none") return "best fixed limit: none meets the TPOT bound";
+  return policy;
+}
+
+/**
+ * Pinned limits swept for the best-fixed-limit reference: what an operator who knew each phase in
+ * advance could do with one static number (the same arrivals, the same shedding).
+ */
+/** Seeds of the robustness table (seed 1 is the scenarios' own). */
+const SEEDS = [1, 2, 3] as const;
+
+export const FIXED_LIMITS = [
+  16, 20, 24, 28, 32, 36, 40, 44, 48, 56, 64, 72, 80, 88, 96, 112, 128, 144, 160, 192, 224, 256, 288, 320,
+  384, 448, 512,
+] as const;
+
+/** A window's TPOT bound: every class with an SLO has >= 95% of its 10 s windows within it. */
+function meetsTpotBound(w: CapacityWindow): boolean {
+  const shares = Object.values(w.classes)
+    .map((c) => c?.tpot_slo_attainment)
+    .filter((v): v is number => v !== null && v !== undefined);
+  return shares.length > 0 && shares.every((v) => v >= 0.95);
+}
+
+/**
+ * Per phase, the pinned limit with the most goodput among those that keep the TPOT bound (static
+ * capacity at that pin for the whole run), or undefined when no pin keeps it.
+ */
+export async function bestFixedLimits(
+  scenario: Scenario,
+  windows: string[],
+  limits: readonly number[] = FIXED_LIMITS,
+): Promise<Map<string, CapacityWindow | undefined>> {
+  const best = new Map<string, CapacityWindow | undefined>(windows.map((w) => [w, undefined]));
+  for (const pin of limits) {
+    const report = await simulate({ ...scenario, policies: ["sluice"], capacityPin: pin });
+    for (const name of windows) {
+      const w = report.policies.sluice!.capacity.windows[name]!;
+      const held = best.get(name);
+      if (meetsTpotBound(w) && (held === undefined || w.goodput_rps > held.goodput_rps)) best.set(name, w);
+    }
+  }
+  return best;
+}
+
 export function adaptiveTable(rows: Row[], experiment: string | undefined): string {
   const policyCols = [
     "limit (range)",
@@ -89,7 +137,7 @@ export function adaptiveTable(rows: Row[], experiment: string | undefined): stri
               ? `${Math.round(r.knee.concurrency)}, ${r.knee.throughput_rps.toFixed(1)}`
               : "none"
             : ""
-        } | ${first ? r.offered.toFixed(1) : ""} | ${c.policy === "experiment" ? `sluice-adaptive, ${experiment}` : c.policy} | ${cell(c.w, attainable)} |`,
+        } | ${first ? r.offered.toFixed(1) : ""} | ${policyLabel(c.policy, experiment)} | ${c.policy === "best-fixed-none" ? "- | - | - | - | -" : cell(c.w, attainable)} |`,
       );
     });
   }
@@ -125,6 +173,7 @@ async function main(argv: string[]): Promise<void> {
   const rows: Row[] = [];
   const timings: string[] = [];
   let inversions = 0;
+  const missed: string[] = [];
   for (const name of ADAPTIVE_SCENARIOS) {
     const scenario = loadScenario(root(`scenarios/${name}.yaml`));
     const s0 = performance.now();
@@ -143,12 +192,19 @@ async function main(argv: string[]): Promise<void> {
       for (const c of Object.values(p!.capacity.windows.all!.classes)) inversions += c?.shed_inversions ?? 0;
     }
     const windows = scenario.phases.length > 0 ? scenario.phases.map((p) => p.name) : ["all"];
+    const fixed = await bestFixedLimits(scenario, windows);
     for (const w of windows) {
       const k = await kneeSweep(scenario, { phase: w === "all" ? undefined : w });
       const cells: Row["cells"] = (["sluice", "sluice-adaptive"] as const).map((p) => ({
         policy: p,
         w: report.policies[p]!.capacity.windows[w]!,
       }));
+      const bestFixed = fixed.get(w);
+      cells.push(
+        bestFixed === undefined
+          ? { policy: "best-fixed-none", w: report.policies.sluice!.capacity.windows[w]! }
+          : { policy: "best-fixed", w: bestFixed },
+      );
       if (exp) cells.push({ policy: "experiment", w: exp.policies["sluice-adaptive"]!.capacity.windows[w]! });
       rows.push({
         scenario: name,
@@ -158,6 +214,21 @@ async function main(argv: string[]): Promise<void> {
         cells,
       });
     }
+    // The same bounds on other arrivals: the checks are single runs, and a bound at the edge of
+    // what the fleet can do passes or fails with the seed.
+    const bySeed: string[] = [];
+    for (const seed of SEEDS) {
+      const r =
+        seed === scenario.seed
+          ? report
+          : await simulate({
+              ...loadScenario(root(`scenarios/${name}.yaml`), { seed }),
+              policies: ["sluice-adaptive"],
+            });
+      const all = r.policies["sluice-adaptive"]!.expectations;
+      bySeed.push(`${all.filter((e) => !e.pass).length}/${all.length}`);
+    }
+    missed.push(`| ${name} | ${bySeed.join(" | ")} |`);
     process.stderr.write(`${name}: done\n`);
   }
   const seconds = ((performance.now() - t0) / 1000).toFixed(0);
@@ -165,7 +236,7 @@ async function main(argv: string[]): Promise<void> {
   const section = [
     "## Adaptive capacity and shedding in the simulator (`npm run simulate -- scenarios/adaptive-*.yaml`)",
     "",
-    `- Date: ${started.toISOString().replace(/\.\d+Z$/, "Z")}; machine: ${cpu}, ${cpus().length} cores, ${(totalmem() / 2 ** 30).toFixed(1)} GiB RAM, Node ${process.version}; load average at start ${load.join(" / ")}. Regenerate with \`node --import tsx src/sim/adaptive-bench.ts\` (${seconds} s here, knee sweeps included).`,
+    `- Date: ${started.toISOString().replace(/\.\d+Z$/, "Z")}; machine: ${cpu}, ${cpus().length} cores, ${(totalmem() / 2 ** 30).toFixed(1)} GiB RAM, Node ${process.version}; load average at start ${load.join(" / ")}. Regenerate with \`node --import tsx src/sim/adaptive-bench.ts\` (${seconds} s here, with the knee sweeps, the fixed-limit sweep and two more seeds).`,
     `- Wall time per scenario (both policies, report included): ${timings.join(", ")}.`,
     "",
     "Method: each scenario runs on the same arrivals (seed 1) under `sluice` (the core at the workers' reported capacity, 4 x `max_num_seqs` 128 = 512) and `sluice-adaptive` (the core with the adaptive controller, `src/capacity/adaptive.ts` over `adaptive-limit.ts` with its defaults and `tpot_slo_ms: 13`). Both shed at the door as configured (`load_shedding.max_queue_wait_ms: 1000`; the bulk flood adds keyed shedding of bulk sessions). Workers: BLIS's Llama 3.1 8B / H100 step model (docs/simulate.md), a model, not a measurement. SLO: p99 time per output token 15 ms, TTFT 2 s from arrival (bulk 30 s).",
@@ -175,16 +246,23 @@ async function main(argv: string[]): Promise<void> {
     "- **Goodput**: requests arriving after convergence that completed within their class's SLO (TTFT from arrival incl. queueing, mean TPOT), per second; in brackets, against what is attainable: the knee's throughput, or the offered load when lower.",
     "- **p99 TPOT windows in SLO**: per class, the share of 10 s windows (after convergence) whose p99 TPOT, over the requests completing in them, is within the SLO; n/a when the limit never converged in the phase.",
     `- **Shed**: share of the phase's arrivals refused at the door (503 \`load_shed\`). Requests shed in a second in which a lower class got in (\`shed_inversions\`), over every run: ${inversions}.`,
+    `- **Best fixed limit**: a reference no controller can beat by much. The same arrivals under static capacity pinned at each of ${FIXED_LIMITS.length} limits from ${FIXED_LIMITS[0]} to ${FIXED_LIMITS[FIXED_LIMITS.length - 1]} (same shedding); per phase, the pin with the most goodput among those that keep every class's p99 TPOT within the SLO in >= 95% of the windows. It is what an operator who knew each phase in advance could set by hand, one number per phase; \`none\` when no pin keeps the TPOT bound.`,
     "",
     adaptiveTable(rows, experiment?.label),
     "",
-    "Reading (written against the controller of 2026-11-23: one controller per worker, 250 ms TTFT floor, `adaptive_slo_reference` 0.9 capped at 1.5x the baseline, an SLO breach taking at least 10%, a re-probe every 5 minutes; re-read the table after changing it): past the knee, static capacity runs every worker at its reported 128 and the p99 TPOT leaves the SLO (20 ms at 512: no 10 s window within it at 200% of the knee). Adaptive capacity holds the knee where the pool can meet the SLO: at 200% of the knee (staged load), in the cold start, the long-prompt half of the mix shift and the bulk flood, the pool's limit tracks 206-326 where the knee is 313 (76-92 where it is 92) and goodput is 92-97% of the attainable, against 2-65% for static capacity; interactive is never shed while bulk gets in, and nothing is shed at 90% of the knee. The changes of this session, each for a reason the table shows (17 bounds missed before them, 9 now; over seeds 1-3, 12/14/14 with one pool limit and 9/14/8 with the per-worker limits): with `tpot_slo_ms` set the TPOT ratio is taken against max(baseline, min(0.9 x SLO, 1.5 x baseline)), because TPOT rises with the batch long before the knee (at the step from 50% to 90% load a baseline learnt at half load read a 1.26 ratio, cut the limit from 512 to 149 and shed 3% of the stage; now none is shed); a re-probe every 5 minutes instead of every minute (each probe dips the limit a step or two, and those dips took it out of the 20% band); a limit per worker (below); and an SLO breach takes at least 10%, since per-worker p90s are noisier and +5% on a low reading against -1 to -3% on a small breach ratcheted the limits up into the SLO. What it still misses: (1) the strict convergence reading where the limit leaves the band for a window or two late in a phase (staged load at 200%: 73 s; after the slowdown: 124 s); (2) the pool's p99 windows within the SLO at 61% in the long-prompt half of the mix shift and 90% in the bulk flood: each worker's p90 is held at 13 ms and the p99 over all of them crosses 15 ms. The TTFT floor matters: without it (TTFT ratios against baselines of 30-60 ms) prefill jitter passed the 1.25 ratio in 39% of windows and the limit collapsed to 20-30, shedding most of the load even at half the knee.",
+    "Bounds of each scenario's `expect:` list that sluice-adaptive misses, on the scenario's arrivals (seed 1) and on two other draws of them:",
+    "",
+    `| Scenario | ${SEEDS.map((s) => `seed ${s}`).join(" | ")} |`,
+    `| --- | ${SEEDS.map(() => "---:").join(" | ")} |`,
+    ...missed,
+    "",
+    "Reading (written against the controller and shedding of 2026-11-23, second session: one controller per worker, 250 ms TTFT floor, `adaptive_slo_reference` 0.9 capped at 1.5x the baseline, an SLO breach taking at least 10%, a re-probe every 5 minutes, and a prioritizer whose threshold refuses a fraction of its level; re-read the table after changing either): past the knee, static capacity at the reported 512 runs every worker at 128 and the p99 TPOT leaves the SLO (no 10 s window within it at 200% of the knee, goodput 1-4% of the attainable). Adaptive capacity holds the pool near the knee: at 200% of the knee, at 100%, in the cold start and in the bulk flood its limit's median is 273-276 where the knee is 313-321, goodput is 92-94% of the attainable and 92-100% of the TPOT windows are in the SLO; interactive is never shed while bulk gets in (0 inversions), and nothing is shed at 50% and 90% of the knee. Against the best fixed limit, which knows each phase in advance: adaptive serves within 4% of it or more in every phase but the incident and the bulk flood's first phase (0: under the demand the limit climbs toward 512 with nothing to bind it and never settles inside that phase, so nothing counts as after convergence; nothing is shed there), and far more where one number cannot fit the whole run (the slow worker: 77.0 req/s against 25.8 during the slowdown, since each worker gets its own limit; the cold start: 99.8 against 75.3). Where adaptive still misses a bound, the best fixed limit shows which misses are the controller's: (1) the long-prompt half of the mix shift (57% of the windows in the SLO where a fixed 80 keeps 97%): the controllers hold each worker's TPOT p90 at the 13 ms `tpot_slo_ms` and settle at 89, but long prompts spread TPOT more (each 3,000-16,000-token prefill stalls every decode on its worker), so the same p90 gives a p99 over 15 ms; (2) 200% of the knee (92% of the windows; 276 where a fixed 256 keeps 100%) and the slowdown (93%), the same effect, smaller; (3) the strict convergence reading after the slowdown (the limit leaves the ±20% band for a window late in the phase).",
     "",
     experiment
       ? `The third row of each phase runs the same arrivals with \`${experiment.label}\` (policy.adaptive_tuning: more samples behind each p90, so less noise), as a diagnosis, not a shipped setting: in the overloaded phases of the staged load, the cold start, the mix shift and the bulk flood its goodput then reaches 93-98% of the attainable with 83-100% of the TPOT windows in the SLO, but the limit still takes 55-161 s to settle where the bound is 30 s (staged load excepted); the slow worker and the incident still fall short (below).`
       : "",
     "",
-    "Where the bounds themselves bite. Slow worker: the knee column is the fleet's under one limit with least-loaded routing (66 of 512, 35 req/s: the slow worker gets as many requests as a fast one, so the fleet's p99 is the slow worker's). With a limit per worker, routing gives the slow worker only what its own limit allows: during the slowdown the pool runs 171-265, settles 21 s after it starts and serves 76.8 req/s within the SLO (218% of that one-limit knee, 98% of the TPOT windows within the SLO), where one pool limit fell to 20-32 and served 0-6 req/s. Incident: every worker 2x slower, so routing has nowhere better to send work; their TPOT floor (2 x 5.8 ms of step time, about 12.5 ms at p90 with prefill) is near `tpot_slo_ms` 13, the SLO rule holds the limit at 23-31 where the p99-based knee is 43, it never stays in the 20% band, and goodput after that reading is 1.8 req/s of 14.1; after it the pool is back at 512 and serving the offered load within the SLO, but the busiest worker's TPOT baseline reads 17% under the one before (a baseline re-learnt by a probe at lower concurrency, not drift upward: the bound is within 10% either way).",
+    "Where the bounds themselves bite. Slow worker: the knee column is the fleet's under one limit with least-loaded routing (66 of 512, 35 req/s: the slow worker gets as many requests as a fast one, so the fleet's p99 is the slow worker's), which is why adaptive's goodput reads 219% of it. Incident: every worker 2x slower, so the TPOT floor (2 x 5.8 ms of step time) is near the SLO and the p99 curve is flat (14.1 ms at concurrency 32, 15.4 at 48, from the knee sweep): the best fixed limit (36) serves 11.2 req/s within the SLO, 79% of the knee's 14.1, so issue 12's 90% bound is out of reach there for any single limit. Adaptive holds 22-38 (median 32) and serves 8.3 req/s within the SLO (59%) with 90% of the windows in it; the integer step of 1 on a worker limit of 7-9 is 11-14%, so the pool's limit never stays in the ±20% band, and every bound read after convergence is read over the phase's last seconds. Before this session's prioritizer change the same phase served 1.8 req/s within the SLO out of 10.4 served: with one tenant the whole-level threshold refused all of it or none, a second at a time, and the mean queue wait was 3.1 s under a 1 s bound. After the incident the pool is back at 512 within 78 s and serves the offered load within the SLO; the workers' median TPOT baseline reads 16% under the one before (a re-probe at lower concurrency, not drift upward; the before phase's median includes the cold start's baseline, learnt under its demand).",
   ]
     .filter((line, i, all) => !(line === "" && all[i - 1] === ""))
     .join("\n");

@@ -26,14 +26,16 @@ function key(e: ExpectationResult): string {
 
 /**
  * Issue 12's bounds that sluice-adaptive misses with the controller's defaults as of this commit
- * (BENCHMARKS.md, "Adaptive capacity and shedding in the simulator", has every figure):
- * - incident: at 2x on every worker the TPOT floor (11.6 ms) sits just under the 13 ms p90 SLO the
- *   scenario gives the controller, so the SLO rule holds each worker's limit low and the limit
- *   wanders inside that narrow room; after it, the busiest worker's baseline reads 17% lower.
- * - staged load, slow worker: the limit is in the band soon but leaves the ±20% band for a window
- *   or two later in the phase (the strict reading).
- * - mix shift (long prompts) and bulk flood: the controllers hold each worker's p90 near 13 ms, and
- *   the pool's p99 of a 10 s window then crosses 15 ms in 10-40% of the windows.
+ * (BENCHMARKS.md, "Adaptive capacity and shedding in the simulator", has every figure, and a
+ * best-fixed-limit reference that shows which misses no single limit avoids):
+ * - incident: at 2x on every worker the p99 TPOT curve is flat near the SLO; the best fixed limit
+ *   serves 79% of the knee's throughput within it, so the 90% goodput bound is out of reach for any
+ *   limit. The pool's limit (worker limits of 7-9, integer steps of 11-14%) never stays in the
+ *   ±20% band, so the bounds read after convergence are read over the phase's last seconds; after
+ *   it, the workers' median baseline reads 16% lower (the before phase includes the cold start).
+ * - mix shift (long prompts), staged load at 200%, slow worker: the controllers hold each worker's
+ *   TPOT p90 at 13 ms, and with long prompts the pool's p99 of a 10 s window then crosses 15 ms
+ *   (a fixed limit 10% lower keeps it); after the slowdown the limit leaves the ±20% band once.
  */
 const KNOWN_GAPS: Record<string, string[]> = {
   "adaptive-staged-load": ["tpot_slo_attainment/interactive@double"],
