@@ -99,15 +99,29 @@ describe("calibration", () => {
         ),
         fc.integer({ min: 0, max: 200 }),
         fc.integer({ min: 1, max: 10_000 }),
-        (queued, rate, maxWait) => {
+        fc.array(
+          fc.record({ level: fc.integer({ min: 0, max: 299 }), count: fc.integer({ min: 0, max: 300 }) }),
+          {
+            maxLength: 10,
+          },
+        ),
+        (queued, rate, maxWait, arrivals) => {
           const clock = new ManualClock(0);
           const p = new Prioritizer({ maxQueueWaitMs: maxWait }, clock);
+          // A first second that starts shedding (a long queue, nothing served), then one with arrivals.
+          second(p, clock, 0, [{ level: 299, count: 1 }]);
+          for (const a of arrivals) for (let i = 0; i < a.count; i++) p.shouldShed("bulk", a.level);
           second(p, clock, rate, queued);
-          const shedInteractive = p.threshold > 200;
-          if (shedInteractive) {
-            for (let level = 0; level < 200; level++) assert.ok(level < p.threshold);
+          const t = p.threshold;
+          assert.ok(t >= 0 && t <= SYSTEM_LEVEL, `threshold ${t}`);
+          // Every level under the threshold's whole part is refused, every level above it admitted:
+          // class-major, so interactive (200+) is refused only once every bulk and default level is.
+          const whole = Math.floor(t);
+          for (const level of [0, 99, 100, 199, 200, 299]) {
+            if (level < whole) assert.equal(p.shouldShed("bulk", level), true, `level ${level} under ${t}`);
+            if (level > whole) assert.equal(p.shouldShed("bulk", level), false, `level ${level} over ${t}`);
           }
-          assert.ok(p.threshold <= SYSTEM_LEVEL);
+          if (t > 200) for (let level = 0; level < 200; level++) assert.ok(level < whole);
           for (const cls of CLASSES) if (cls === "system") assert.equal(p.shouldShed(cls, 399), false);
         },
       ),
