@@ -72,13 +72,13 @@ function policyLabel(policy: string, experiment: string | undefined): string {
   return policy;
 }
 
+/** Seeds of the robustness table (seed 1 is the scenarios' own). */
+const SEEDS = [1, 2, 3] as const;
+
 /**
  * Pinned limits swept for the best-fixed-limit reference: what an operator who knew each phase in
  * advance could do with one static number (the same arrivals, the same shedding).
  */
-/** Seeds of the robustness table (seed 1 is the scenarios' own). */
-const SEEDS = [1, 2, 3] as const;
-
 export const FIXED_LIMITS = [
   16, 20, 24, 28, 32, 36, 40, 44, 48, 56, 64, 72, 80, 88, 96, 112, 128, 144, 160, 192, 224, 256, 288, 320,
   384, 448, 512,
@@ -246,7 +246,7 @@ async function main(argv: string[]): Promise<void> {
     "- **Goodput**: requests arriving after convergence that completed within their class's SLO (TTFT from arrival incl. queueing, mean TPOT), per second; in brackets, against what is attainable: the knee's throughput, or the offered load when lower.",
     "- **p99 TPOT windows in SLO**: per class, the share of 10 s windows (after convergence) whose p99 TPOT, over the requests completing in them, is within the SLO; n/a when the limit never converged in the phase.",
     `- **Shed**: share of the phase's arrivals refused at the door (503 \`load_shed\`). Requests shed in a second in which a lower class got in (\`shed_inversions\`), over every run: ${inversions}.`,
-    `- **Best fixed limit**: a reference no controller can beat by much. The same arrivals under static capacity pinned at each of ${FIXED_LIMITS.length} limits from ${FIXED_LIMITS[0]} to ${FIXED_LIMITS[FIXED_LIMITS.length - 1]} (same shedding); per phase, the pin with the most goodput among those that keep every class's p99 TPOT within the SLO in >= 95% of the windows. It is what an operator who knew each phase in advance could set by hand, one number per phase; \`none\` when no pin keeps the TPOT bound.`,
+    `- **Best fixed limit**: what one static number, chosen knowing the phase, can do. The same arrivals under static capacity pinned at each of ${FIXED_LIMITS.length} limits from ${FIXED_LIMITS[0]} to ${FIXED_LIMITS[FIXED_LIMITS.length - 1]} (same shedding); per phase, the pin with the most goodput among those that keep every class's p99 TPOT within the SLO in >= 95% of the windows. It is what an operator who knew each phase in advance could set by hand, one number per phase; \`none\` when no pin keeps the TPOT bound.`,
     "",
     adaptiveTable(rows, experiment?.label),
     "",
