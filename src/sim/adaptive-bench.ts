@@ -38,7 +38,8 @@ interface Row {
   window: string;
   knee: { concurrency: number; throughput_rps: number } | null;
   offered: number;
-  cells: { policy: string; w: CapacityWindow }[];
+  /** `w` undefined: the policy has nothing to show in this window (no fixed limit keeps the bound). */
+  cells: { policy: string; w: CapacityWindow | undefined }[];
 }
 
 const pct = (v: number | null | undefined) =>
@@ -68,7 +69,6 @@ function cell(w: CapacityWindow, attainable: number): string {
 function policyLabel(policy: string, experiment: string | undefined): string {
   if (policy === "experiment") return `sluice-adaptive, ${experiment}`;
   if (policy === "best-fixed") return "best fixed limit";
-  if (policy === "best-fixed-none") return "best fixed limit: none meets the TPOT bound";
   return policy;
 }
 
@@ -137,7 +137,7 @@ export function adaptiveTable(rows: Row[], experiment: string | undefined): stri
               ? `${Math.round(r.knee.concurrency)}, ${r.knee.throughput_rps.toFixed(1)}`
               : "none"
             : ""
-        } | ${first ? r.offered.toFixed(1) : ""} | ${policyLabel(c.policy, experiment)} | ${c.policy === "best-fixed-none" ? "- | - | - | - | -" : cell(c.w, attainable)} |`,
+        } | ${first ? r.offered.toFixed(1) : ""} | ${policyLabel(c.policy, experiment)}${c.w === undefined ? ": none meets the TPOT bound" : ""} | ${c.w === undefined ? "- | - | - | - | -" : cell(c.w, attainable)} |`,
       );
     });
   }
@@ -199,12 +199,7 @@ async function main(argv: string[]): Promise<void> {
         policy: p,
         w: report.policies[p]!.capacity.windows[w]!,
       }));
-      const bestFixed = fixed.get(w);
-      cells.push(
-        bestFixed === undefined
-          ? { policy: "best-fixed-none", w: report.policies.sluice!.capacity.windows[w]! }
-          : { policy: "best-fixed", w: bestFixed },
-      );
+      cells.push({ policy: "best-fixed", w: fixed.get(w) });
       if (exp) cells.push({ policy: "experiment", w: exp.policies["sluice-adaptive"]!.capacity.windows[w]! });
       rows.push({
         scenario: name,
