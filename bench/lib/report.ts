@@ -4,9 +4,6 @@ import os from "node:os";
 
 export type Row = readonly [metric: string, value: string, target: string, met: string, notes: string];
 
-export const START_MARKER = "<!-- core-bench:start -->";
-export const END_MARKER = "<!-- core-bench:end -->";
-
 const HEADER: Row = ["Metric", "Value", "Target", "Met", "Notes"];
 
 export interface Machine {
@@ -53,11 +50,13 @@ export function markdownTable(rows: readonly Row[]): string {
 }
 
 /**
- * Replaces the text between the core-bench markers in `path` with `section` (markers kept), appends
+ * Replaces the text between the `name` markers (`<!-- core-bench:start -->` ...) in `path` with `section` (markers kept), appends
  * a marked section when the file has none, and creates the file with a short header when absent.
  * Everything outside the markers is left byte for byte.
  */
-export function writeMarkedSection(path: string, section: string): void {
+export function writeMarkedSection(path: string, section: string, name = "core-bench"): void {
+  const START_MARKER = `<!-- ${name}:start -->`;
+  const END_MARKER = `<!-- ${name}:end -->`;
   const block = `${START_MARKER}\n${section.trim()}\n${END_MARKER}`;
   if (!existsSync(path)) {
     const header =

@@ -23,7 +23,9 @@
  *     per window however many errors.
  *  2. slo: TPOT p90 > tpotSloMs or TTFT p90 (all prompts) > ttftSloMs: shrink with
  *     g = max(minGradient, min(gradient, slo / p90)): limit = floor(limit * (1 - smoothing * (1 - g))),
- *     and by at least sloMinDecrease.
+ *     and by at least sloMinDecrease. Far above (p90 > sloFarAbove x slo), at least to
+ *     limit * max(1/2, (1 - sloMinDecrease) * sloFarAbove * slo / p90): an overload many times the
+ *     SLO (a cold start far past the knee) comes down in a few windows, not dozens.
  *  3. decrease: ratio > decreaseAbove: the same shrink with g = max(minGradient, gradient), so a
  *     step takes at most smoothing * (1 - minGradient) = 10%.
  *  4. increase: ratio <= increaseBelow and the limit is in use: limit += max(1, floor(limit * increaseStep)).
@@ -93,6 +95,8 @@
  *   sloMinDecrease         adaptive_slo_min_decrease             0.1 (an SLO breach takes at least 10%
  *                                                                off: symmetric with the increases, so
  *                                                                noise cannot ratchet the limit up)
+ *   sloFarAbove            adaptive_slo_far_above                2 (p90 past 2x a ceiling: the cut is
+ *                                                                proportional, up to half; >= 1)
  */
 import type { Clock } from "../core/clock.js";
 import { ConfigError } from "../core/errors.js";
@@ -152,6 +156,7 @@ export interface AdaptiveTuning {
   sloReference: number;
   sloReferenceCap: number;
   sloMinDecrease: number;
+  sloFarAbove: number;
 }
 
 export interface AdaptiveLimitOptions extends Partial<AdaptiveTuning> {
@@ -195,6 +200,7 @@ export const ADAPTIVE_LIMIT_DEFAULTS: Readonly<AdaptiveTuning> = Object.freeze({
   sloReference: 0.9,
   sloReferenceCap: 1.5,
   sloMinDecrease: 0.1,
+  sloFarAbove: 2,
 });
 
 /** The YAML key each option is read from; validation errors name these. */
@@ -225,6 +231,7 @@ export const ADAPTIVE_LIMIT_KEYS = Object.freeze({
   sloReference: "adaptive_slo_reference",
   sloReferenceCap: "adaptive_slo_reference_cap",
   sloMinDecrease: "adaptive_slo_min_decrease",
+  sloFarAbove: "adaptive_slo_far_above",
 } as const satisfies Record<keyof ResolvedAdaptiveLimitOptions, string>);
 
 /** Largest sampleCap accepted (7 stores of 8-byte samples: 3.5 MiB per controller at most). */
@@ -361,6 +368,7 @@ export function resolveAdaptiveLimitOptions(options: AdaptiveLimitOptions): Reso
     sloReference: fraction(pick("sloReference"), K.sloReference),
     sloReferenceCap: atLeastOne(pick("sloReferenceCap"), K.sloReferenceCap),
     sloMinDecrease: share(pick("sloMinDecrease"), K.sloMinDecrease),
+    sloFarAbove: atLeastOne(pick("sloFarAbove"), K.sloFarAbove),
   };
 }
 
@@ -734,7 +742,8 @@ export class AdaptiveLimit {
       // At least sloMinDecrease: the increases take 5% a window on a low reading, so a breach that
       // took less would let noise ratchet the limit up into the SLO.
       const wanted = this.shrunk(ran, Math.min(gradient, w.sloGradient));
-      decision = this.shrink(Math.min(wanted, ran * (1 - o.sloMinDecrease)), "slo");
+      const step = Math.min(wanted, ran * (1 - o.sloMinDecrease));
+      decision = this.shrink(Math.min(step, this.farCut(ran, w.sloGradient)), "slo");
     } else if (ratio === undefined) {
       decision = "hold";
     } else if (ratio > o.decreaseAbove) {
@@ -773,7 +782,10 @@ export class AdaptiveLimit {
       if (!cold) this.phase = "tracking";
       const base = w.peak > 0 ? Math.min(w.limit, w.peak) : w.limit;
       if (w.overloads > 0) return this.shrink(base * o.overloadFactor, "overload");
-      if (w.sloBreach) return this.shrink(this.shrunk(base, w.sloGradient), "slo");
+      if (w.sloBreach) {
+        const step = this.shrunk(base, w.sloGradient);
+        return this.shrink(Math.min(step, this.farCut(base, w.sloGradient)), "slo");
+      }
       return "hold";
     }
     const p90 = w.tpotP90;
@@ -827,6 +839,19 @@ export class AdaptiveLimit {
       store.baseline += alpha * (p90 - store.baseline);
     }
     store.updatedAt = now;
+  }
+
+  /**
+   * Far above an SLO (p90 > sloFarAbove x the ceiling, i.e. `sloGradient` < 1 / sloFarAbove) a
+   * breach's cut is proportional, so an overload many times the SLO (a cold start far past the
+   * knee, where each answer takes a minute) takes a few windows instead of dozens: ran x
+   * (1 - sloMinDecrease) x sloFarAbove x sloGradient, at least half of ran. It meets the usual
+   * 10% step where p90 = sloFarAbove x the ceiling. Infinity (no bound) nearer the ceiling.
+   */
+  private farCut(ran: number, sloGradient: number): number {
+    const o = this.options;
+    if (!(sloGradient * o.sloFarAbove < 1)) return Number.POSITIVE_INFINITY;
+    return ran * Math.max(0.5, (1 - o.sloMinDecrease) * o.sloFarAbove * sloGradient);
   }
 
   /** limit * (1 - smoothing * (1 - max(minGradient, gradient))). */

@@ -100,8 +100,9 @@ export class LoadShedding {
   check(cls: PriorityClass, tenant: string, session: string | undefined): ShedVerdict {
     if (cls === "system") return PASS;
     const p = this.prioritizer;
-    if (p?.shouldShed(cls, p.level(cls, tenant))) {
-      const codel = p.threshold <= p.level(cls, tenant);
+    const level = p?.level(cls, tenant) ?? 0;
+    if (p?.shouldShed(cls, level)) {
+      const codel = p.threshold <= level;
       return { shed: true, reason: codel ? "codel" : "level", retryAfterSecs: p.retryAfterSecs() };
     }
     const k = this.keyed;

@@ -106,6 +106,10 @@ export class Prioritizer {
   private readonly sojourn = new Map<PriorityClass, { min: number; since: number; shedding: boolean }>();
   /** Arrivals per level since the last calibration (levels are 0..399). */
   private arrivals = new Float64Array(LEVELS);
+  /** The period before's, read by calibrate() while `arrivals` fills again (the two swap). */
+  private lastArrivals = new Float64Array(LEVELS);
+  /** Queued requests per level, rebuilt by each calibration. */
+  private readonly queuedAt = new Float64Array(LEVELS);
   /** Draws for the threshold level's fraction: golden-ratio steps, evenly spread (and repeatable). */
   private draw = 0;
 
@@ -214,7 +218,7 @@ export class Prioritizer {
     // Smoothed so one quiet second does not predict an endless wait.
     this.rate = this.rate === 0 ? observed : 0.5 * this.rate + 0.5 * observed;
 
-    const queuedAt = new Float64Array(LEVELS);
+    const queuedAt = this.queuedAt.fill(0);
     let total = 0;
     for (const { level, count } of queued) {
       if (!(count > 0) || !(level >= 0 && level < LEVELS)) continue;
@@ -222,7 +226,8 @@ export class Prioritizer {
       total += count;
     }
     const arrivals = this.arrivals;
-    this.arrivals = new Float64Array(LEVELS);
+    this.arrivals = this.lastArrivals.fill(0);
+    this.lastArrivals = arrivals;
     this.queuedTotal = total;
     this.predictedWait =
       total === 0 ? 0 : this.rate > 0 ? (total / this.rate) * 1000 : Number.POSITIVE_INFINITY;

@@ -102,6 +102,7 @@ export class LegacyLimiter {
   private readonly burst: number;
   private readonly clock: Clock;
   private running = 0;
+  private bound = Number.POSITIVE_INFINITY;
   private tokens: number;
   private refilledAt: number;
   // FIFO as an array with a moving head: amortised O(1) without a linked list.
@@ -142,6 +143,21 @@ export class LegacyLimiter {
 
   get inflight(): number {
     return this.running;
+  }
+
+  /** Concurrent requests allowed now: maxConcurrent (-1: none) and the bound, whichever is lower. */
+  get limit(): number {
+    return Math.min(this.maxConcurrent === -1 ? Number.POSITIVE_INFINITY : this.maxConcurrent, this.bound);
+  }
+
+  /**
+   * Bounds concurrency by a capacity that moves (adaptive capacity, `capacity_mode: adaptive`),
+   * under max_concurrent_requests; undefined lifts it. A lower bound aborts nothing: the requests
+   * running finish, and the queue waits until they are under it.
+   */
+  setBound(capacity: number | undefined): void {
+    this.bound = capacity === undefined ? Number.POSITIVE_INFINITY : Math.max(0, Math.floor(capacity));
+    this.drain();
   }
 
   get queued(): number {
@@ -190,7 +206,7 @@ export class LegacyLimiter {
   }
 
   private canStart(): boolean {
-    if (this.maxConcurrent !== -1 && this.running >= this.maxConcurrent) return false;
+    if (this.running >= this.limit) return false;
     if (this.rate === undefined) return true;
     this.refill();
     return this.tokens >= 1;
@@ -247,7 +263,7 @@ export class LegacyLimiter {
   /** Waiting on the rate alone: wake up when the next token is due (also right after queuing). */
   private armRefill(): void {
     if (this.rate === undefined || this.nextWaiter() === undefined) return;
-    if (this.maxConcurrent !== -1 && this.running >= this.maxConcurrent) return;
+    if (this.running >= this.limit) return;
     this.refill();
     this.timer.arm(this.clock.now() + Math.max(1, ((1 - this.tokens) / this.rate) * 1000));
   }

@@ -106,6 +106,14 @@ export class Lease implements ExchangeOwner, CancelSignal {
   private exchange: UpstreamExchange | undefined;
   private abortListeners: Array<() => void> | undefined;
   private firstByteMs: number | undefined;
+  /**
+   * A running stream's decode pace for adaptive capacity: the last mark (ms since arrival) and
+   * the events read then, the events of the first chunk, and the pace samples sent so far.
+   */
+  private paceAtMs = 0;
+  private paceEvents = 0;
+  private firstEvents = -1;
+  private paceSamples = 0;
   /** When the worker was chosen, ms since arrival: TTFT for capacity starts here, not at arrival. */
   private dispatchedMs: number | undefined;
   private clientGone = false;
@@ -187,7 +195,7 @@ export class Lease implements ExchangeOwner, CancelSignal {
     this.worker = worker;
     this.dispatchedMs = performance.now() - this.t0;
     // The worker's in-flight count moved: its adaptive controller re-samples its usage.
-    this.pool?.adaptive?.dispatched?.();
+    this.pool?.adaptive?.dispatched?.(worker.url);
   }
 
   /** Runs the exchange with the worker; resolves with the worker's status. */
@@ -267,8 +275,39 @@ export class Lease implements ExchangeOwner, CancelSignal {
   }
 
   observe(contentType: string | undefined): BodyTransform | undefined {
-    this.reader = new UsageReader(contentType, this.stripUsage);
+    const adaptive = this.pool?.adaptive !== undefined;
+    this.firstEvents = -1;
+    this.paceSamples = 0;
+    // The callback is made only in adaptive mode: a static gateway allocates nothing for it.
+    this.reader = new UsageReader(
+      contentType,
+      this.stripUsage,
+      adaptive ? (events) => this.paceMark(events) : undefined,
+    );
     return this.reader;
+  }
+
+  /**
+   * While a stream runs, its decode pace goes to adaptive capacity every paceIntervalMs: a long
+   * answer at an overloaded worker tells the controller while it runs, not when it ends (maybe a
+   * minute later), and about the concurrency of then.
+   */
+  private paceMark(events: number): void {
+    const nowMs = performance.now() - this.t0;
+    if (this.firstEvents < 0) {
+      this.firstEvents = events;
+      this.paceAtMs = nowMs;
+      this.paceEvents = events;
+      return;
+    }
+    const feedback = this.pool?.adaptive;
+    if (feedback === undefined || nowMs - this.paceAtMs < (feedback.paceIntervalMs ?? 5000)) return;
+    const tokens = events - this.paceEvents;
+    if (tokens < 1) return;
+    feedback.sample({ kind: "ok", tpotMs: (nowMs - this.paceAtMs) / tokens }, this.worker?.url);
+    this.paceAtMs = nowMs;
+    this.paceEvents = events;
+    this.paceSamples++;
   }
 
   exchangeDone(status: number): void {
@@ -400,8 +439,15 @@ export class Lease implements ExchangeOwner, CancelSignal {
     const promptTokens = usage.inputTokens;
     const output = usage.outputTokens;
     if (this.reader?.isStream === true) {
-      // A stream: its first byte is the first token, and the rest came at the decode pace.
-      const tpotMs = output >= 2 ? (endMs - firstMs) / (output - 1) : undefined;
+      // A stream: its first byte is the first token, and the rest came at the decode pace. The
+      // pace up to the last mark went out while it ran (onChunk); this sample has the rest.
+      let tpotMs: number | undefined;
+      if (this.paceSamples === 0) {
+        tpotMs = output >= 2 ? (endMs - firstMs) / (output - 1) : undefined;
+      } else {
+        const rest = output - 1 - (this.paceEvents - this.firstEvents);
+        tpotMs = rest >= 1 ? (endMs - this.paceAtMs) / rest : undefined;
+      }
       feedback.sample({ kind: "ok", ttftMs: firstMs - dispatchedMs, promptTokens, tpotMs }, worker);
     } else if (output >= 1) {
       // A whole answer at once: only its pace per token is known (prefill included).

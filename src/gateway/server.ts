@@ -148,6 +148,7 @@ export async function startGateway(options: GatewayOptions, outcomes?: OutcomeSi
           registry: metrics.registry,
           onBudgetRejection: (tenant, code) => metrics.countBudgetRejection(tenant, code),
         });
+  const adaptiveMode = options.capacity?.mode === "adaptive";
   // Scheduler disabled, or its file failed to load: one legacy limiter for the whole fleet (the
   // contract's legacy admission); model pools then only route.
   const sharedLegacy =
@@ -163,10 +164,14 @@ export async function startGateway(options: GatewayOptions, outcomes?: OutcomeSi
           observer: metrics.observer,
           clock,
           logger,
+          // Adaptive capacity binds legacy admission too: its limit is the fleet's (the pools' sum).
+          legacyBoundByCapacity: adaptiveMode,
         })
       : undefined;
   if (sharedLegacy === undefined) logger.info("priority scheduler enabled");
-  workers.respectCapacity = sharedLegacy === undefined;
+  // Legacy admission does not hold workers to their reported capacity (the contract's
+  // max_concurrent_requests alone); adaptive capacity's per-worker limits bind in either mode.
+  workers.respectCapacity = sharedLegacy === undefined || adaptiveMode;
 
   /** One model pool's parts: its own capacity, admission, adaptive limit and shedding. */
   const createPool: PoolFactory = (name, models, group, discovered) => {

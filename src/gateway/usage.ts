@@ -140,8 +140,18 @@ export class UsageReader {
   /** The start of an event whose end has not arrived yet. */
   private pending: Buffer | undefined;
   private gaveUp = false;
+  /** SSE events read so far (about one per token for OpenAI-compatible servers). */
+  events = 0;
 
-  constructor(contentType: string | undefined, strip: boolean) {
+  /**
+   * `onChunk`, for a stream: called after each chunk with the events read so far (adaptive
+   * capacity's decode pace while the stream runs).
+   */
+  constructor(
+    contentType: string | undefined,
+    strip: boolean,
+    private readonly onChunk?: (events: number) => void,
+  ) {
     this.sse = contentType?.includes("text/event-stream") ?? false;
     this.strip = strip && this.sse;
   }
@@ -178,6 +188,7 @@ export class UsageReader {
       if (stop === -1) break;
       const event = pos === 0 && stop === data.length ? data : data.subarray(pos, stop);
       pos = stop;
+      this.events++;
       const sent = this.readEvent(event);
       if (!this.strip) continue;
       if (sent !== event) same = false;
@@ -191,6 +202,7 @@ export class UsageReader {
         this.gaveUp = true;
       }
     }
+    this.onChunk?.(this.events);
     if (!this.strip) return chunk;
     if (same && pos === data.length && data === chunk) return chunk;
     return out.length === 1 ? out[0]! : Buffer.concat(out);

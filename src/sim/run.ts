@@ -23,6 +23,7 @@
 import { AdaptiveCapacity } from "../capacity/adaptive.js";
 import type { AdaptiveLimitSnapshot } from "../capacity/adaptive-limit.js";
 import { LoadShedding, type LoadSheddingStatus } from "../capacity/load-shedding.js";
+import { Periodic } from "../capacity/periodic.js";
 import { CapacityNotifier, type CapacitySource } from "../capacity/source.js";
 import { BudgetBook, type BudgetHold } from "../core/budgets.js";
 import { CLASS_COUNT, CLASS_RANK, classOfRank, type PriorityClass } from "../core/class.js";
@@ -47,6 +48,8 @@ import {
 const QUEUED = 0;
 const ADMITTED = 1;
 const DONE = 2;
+/** How often the simulated gateway looks for streams due a pace mark (adaptive capacity), ms. */
+const PACE_CHECK_MS = 250;
 
 class SimRequest {
   state = QUEUED;
@@ -397,13 +400,17 @@ export async function runPolicy(
       const req = job.ref as SimRequest;
       const tokens = req.prompt + req.output;
       const gate = req.gate!;
-      // The gateway's sample at the end of a stream: TTFT from dispatch, then the decode pace.
+      // The gateway's sample at the end of a stream: TTFT from dispatch, then the decode pace
+      // (of what the pace marks did not cover, when the stream ran long enough to have some).
+      const marked = job.paceMarks > 0;
+      const since = marked ? job.paceAt : req.firstAt;
+      const decoded = marked ? job.finishIter - job.paceIter : req.output - 1;
       gate.adaptive?.sample(
         {
           kind: "ok",
           ttftMs: req.firstAt - req.admittedAt,
           promptTokens: req.prompt,
-          tpotMs: req.output >= 2 ? (t - req.firstAt) / (req.output - 1) : undefined,
+          tpotMs: decoded >= 1 ? (t - since) / decoded : undefined,
         },
         req.workerUrl,
       );
@@ -626,7 +633,7 @@ export async function runPolicy(
     const served = servedModels[worker.index]!;
     served.set(req.tenant.spec.model, (served.get(req.tenant.spec.model) ?? 0) + 1);
     worker.submit(job);
-    req.gate!.adaptive?.dispatched();
+    req.gate!.adaptive?.dispatched(worker.url);
   };
   const onReject = (req: SimRequest, err: unknown) => {
     handled++;
@@ -888,10 +895,27 @@ export async function runPolicy(
   // the run under overload. Restored when the loop ends.
   const stackLimit = Error.stackTraceLimit;
   Error.stackTraceLimit = 0;
+  // The gateway's pace marks while streams run (lease.ts): every decoding request's pace since
+  // its last mark, once that is paceIntervalMs old; looked at every quarter of a second.
+  const paceMarks = gates.flatMap((g) => {
+    const adaptive = g.adaptive;
+    if (adaptive === undefined) return [];
+    return [
+      new Periodic(clock, PACE_CHECK_MS, () => {
+        const now = clock.now();
+        for (const w of g.workers) {
+          w.paceMarks(now, adaptive.paceIntervalMs, (_, tpotMs) =>
+            adaptive.sample({ kind: "ok", tpotMs }, w.url),
+          );
+        }
+      }),
+    ];
+  });
   for (const g of gates) {
     g.adaptive?.start();
     g.shedding?.start();
   }
+  for (const p of paceMarks) p.start();
   try {
     await loop();
   } finally {
@@ -900,6 +924,7 @@ export async function runPolicy(
       g.adaptive?.stop();
       g.shedding?.stop();
     }
+    for (const p of paceMarks) p.stop();
   }
   async function loop(): Promise<void> {
     for (;;) {

@@ -59,6 +59,11 @@ export class Job {
   next: Job | null = null;
   /** Admission order into the running batch (victim choice: the newest goes first). */
   seq = 0;
+  /** The last decode-pace mark (the gateway's while a stream runs): its iteration and time. */
+  paceIter = 0;
+  paceAt = 0;
+  /** Pace marks reported so far. */
+  paceMarks = 0;
 
   constructor(
     /** Prompt tokens. */
@@ -421,6 +426,27 @@ export class Worker {
     this.stats.kvPreemptions++;
   }
 
+  /**
+   * The decode pace of every decoding request since its last mark, as the gateway reports it
+   * while a stream runs: for each whose mark is at least `intervalMs` old, `emit(job, tpotMs)`
+   * with the time from its mark to the end of the last finished iteration over the tokens in
+   * between, and a new mark there.
+   */
+  paceMarks(now: number, intervalMs: number, emit: (job: Job, tpotMs: number) => void): void {
+    if (!this.busy || this.decoding.size === 0) return;
+    const j = Math.min(this.stepK, Math.floor((now - this.stepStart) / this.stepDur));
+    const iter = this.iter + j;
+    const at = this.stepStart + j * this.stepDur;
+    for (const job of this.decoding.items) {
+      const tokens = iter - job.paceIter;
+      if (tokens < 1 || at - job.paceAt < intervalMs) continue;
+      emit(job, (at - job.paceAt) / tokens);
+      job.paceIter = iter;
+      job.paceAt = at;
+      job.paceMarks++;
+    }
+  }
+
   /** Composes the next iterations and schedules the end of the macro step. */
   private plan(now: number): void {
     const p = this.profile;
@@ -516,6 +542,8 @@ export class Worker {
         job.state = DECODE;
         job.decodeStart = this.iter;
         job.finishIter = this.iter + (job.output - job.genBase - 1);
+        job.paceIter = this.iter;
+        job.paceAt = now;
         if (!job.firstTokenSent) {
           job.firstTokenSent = true;
           firsts.push(job);

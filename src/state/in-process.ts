@@ -44,7 +44,11 @@ class LegacyBackend implements AdmissionBackend {
     private readonly legacy: LegacyLimiter,
     readonly fallbackReason: string | undefined,
     private capacity: number,
-  ) {}
+    /** Adaptive capacity: the capacity bounds admission too (under max_concurrent_requests). */
+    private readonly bounded: boolean,
+  ) {
+    if (bounded) legacy.setBound(capacity);
+  }
   /** The legacy permit is the slot too. */
   acquire(request: AdmissionRequest): Promise<Slot> {
     return this.legacy.acquire(request);
@@ -56,9 +60,10 @@ class LegacyBackend implements AdmissionBackend {
     return undefined;
   }
   setCapacity(capacity: number): void {
-    // Legacy admission limits by --max-concurrent-requests, not by discovered capacity; the
-    // capacity is kept for the snapshot only.
+    // Legacy admission limits by --max-concurrent-requests, not by discovered capacity: the
+    // capacity is kept for the snapshot only, unless it is adaptive capacity's limit.
     this.capacity = capacity;
+    if (this.bounded) this.legacy.setBound(capacity);
   }
   setTenantPolicies(): void {
     // No classes or weights in legacy admission (budgets apply in both modes, elsewhere).
@@ -91,11 +96,17 @@ export interface InProcessOptions {
   logger: Logger;
   /** No "priority scheduler enabled" line (a model pool's backend: the gateway logs it once). */
   quiet?: boolean | undefined;
+  /**
+   * Legacy admission is bounded by `capacity` as well as by max_concurrent_requests (set with
+   * capacity_mode: adaptive, whose limit would otherwise bind nothing with the scheduler off).
+   */
+  legacyBoundByCapacity?: boolean | undefined;
 }
 
 export function createInProcessBackend(options: InProcessOptions): AdmissionBackend {
   const legacy = () => createLegacyLimiter({ ...options.legacy, clock: options.clock });
-  if (!options.enabled) return new LegacyBackend(legacy(), undefined, options.capacity);
+  const bounded = options.legacyBoundByCapacity === true;
+  if (!options.enabled) return new LegacyBackend(legacy(), undefined, options.capacity, bounded);
   try {
     if (options.loadError !== undefined) throw new Error(options.loadError);
     const scheduler = createScheduler({
@@ -115,6 +126,6 @@ export function createInProcessBackend(options: InProcessOptions): AdmissionBack
       { err: reason },
       `priority scheduler disabled, falling back to legacy admission: ${reason}`,
     );
-    return new LegacyBackend(legacy(), reason, options.capacity);
+    return new LegacyBackend(legacy(), reason, options.capacity, bounded);
   }
 }

@@ -110,6 +110,81 @@ describe("adaptive capacity over HTTP", () => {
     assert.ok(status.adaptive !== null && status.adaptive.limit >= 2);
   });
 
+  test("a stream longer than five windows reports its decode pace while it runs, and its end only the rest", async (t) => {
+    const fleet = await startFleet(t, {
+      workers: [{ maxRunningRequests: 8, ttftMs: 5, tokenDelayMs: 25, batchSlowdown: 0 }],
+      schedulerYaml: schedulerDoc({}),
+      gateway: { capacity: { mode: "adaptive", minCapacity: 1, tpotSloMs: 1000 } },
+    });
+    const adaptive = fleet.gateway.adaptive!;
+    assert.equal(adaptive.paceIntervalMs, 5000);
+    const samples: Array<{ at: number; tpotMs: number | undefined; ttftMs: number | undefined }> = [];
+    const sample = adaptive.sample.bind(adaptive);
+    adaptive.sample = (s, worker) => {
+      if (s.kind === "ok") samples.push({ at: performance.now(), tpotMs: s.tpotMs, ttftMs: s.ttftMs });
+      sample(s, worker);
+    };
+    const started = performance.now();
+    // 280 tokens 25 ms apart: 7 s of decoding, one mark at about 5 s.
+    const reply = await fleet.chat({ stream: true, max_tokens: 280 });
+    const ended = performance.now();
+    assert.equal(reply.status, 200);
+    const detail = JSON.stringify(samples.map((x) => ({ ...x, at: Math.round(x.at - started) })));
+    const during = samples.filter((x) => x.ttftMs === undefined);
+    const last = samples.filter((x) => x.ttftMs !== undefined);
+    assert.equal(during.length, 1, detail);
+    assert.ok(
+      during.every((x) => x.at < ended - 100),
+      `pace samples come while the stream runs: ${detail}`,
+    );
+    for (const x of during) assert.ok(x.tpotMs! >= 20 && x.tpotMs! <= 50, `about 25 ms a token: ${detail}`);
+    assert.equal(last.length, 1, `one sample at the end, with the TTFT: ${detail}`);
+    assert.ok(last[0]!.tpotMs! >= 20 && last[0]!.tpotMs! <= 50, `the rest, about 25 ms a token: ${detail}`);
+  });
+
+  test("with the scheduler off (legacy admission), the adaptive limit bounds admission just the same", async (t) => {
+    const clock = new ManualClock(Date.UTC(2026, 10, 23, 12));
+    const fleet = await startFleet(t, {
+      workers: [
+        { maxRunningRequests: 64, ttftMs: 3, tokenDelayMs: 2, batchSlowdown: 0, knee: KNEE, kneeSlowdown: 1 },
+      ],
+      priorityScheduler: { enabled: false },
+      legacy: { maxConcurrentRequests: -1, queueSize: 1000, queueTimeoutSecs: 3600 },
+      gateway: { clock, capacity: { mode: "adaptive", minCapacity: 2, tpotSloMs: TPOT_SLO_MS } },
+    });
+    assert.equal(fleet.gateway.admission.mode, "legacy");
+    const load = closedLoop(fleet, 32);
+    const limits: number[] = [];
+    const peaks: number[] = [];
+    /** Requests holding a legacy slot: admission itself is bounded, not only the worker's room. */
+    const admitted: number[] = [];
+    const inBand = (limit: number) => limit >= KNEE * 0.5 && limit <= KNEE * 1.5;
+    const settled = () => limits.length >= 20 && limits.slice(-10).every(inBand);
+    try {
+      while (!settled() && limits.length < 90) {
+        fleet.workers[0]!.resetStats();
+        await new Promise((resolve) => setTimeout(resolve, 300));
+        peaks.push(fleet.workers[0]!.stats().peakRunning);
+        admitted.push(fleet.gateway.admission.snapshot().inflight);
+        clock.advance(1000);
+        limits.push(fleet.gateway.capacity.capacity);
+      }
+    } finally {
+      await load.stop();
+    }
+    const detail = `limits ${limits.join(" ")}; worker peaks ${peaks.join(" ")}; admitted ${admitted.join(" ")}`;
+    t.diagnostic(detail);
+    assert.ok(settled(), detail);
+    // Without the bound, legacy admission (max_concurrent_requests -1) would run all 32 at once.
+    for (let i = limits.length - 9; i < limits.length; i++) {
+      assert.ok(peaks[i]! <= Math.max(limits[i - 1]!, limits[i - 2]!) + 1, detail);
+      assert.ok(admitted[i]! <= Math.max(limits[i - 1]!, limits[i - 2]!) + 1, detail);
+    }
+    assert.deepEqual([...load.statuses.keys()], [200], "every request served, none refused");
+    const m = await fleet.scrape();
+    assert.equal(metric(m, "sluice_capacity_limit"), fleet.gateway.capacity.capacity);
+  });
+
   test("two workers, one slower with its knee at half: each gets its own limit, the slow one's lower", async (t) => {
     const clock = new ManualClock(Date.UTC(2026, 10, 23, 12));
     // The slow one: twice the time per token, and its latency climbs past 4 running requests.

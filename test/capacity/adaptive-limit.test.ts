@@ -249,6 +249,38 @@ describe("AdaptiveLimit: TPOT under an SLO", () => {
   });
 });
 
+describe("AdaptiveLimit: far above an SLO", () => {
+  // Cold start at 256 with the knee at 16: TPOT is 121x its healthy 20 ms (2.4 s), 60x the SLO.
+  const start = (options: Partial<AdaptiveLimitOptions>) => {
+    const sim = new Sim({ initialCapacity: 256, tpotSloMs: 40, ...options });
+    sim.demand = 300;
+    return sim.run(40);
+  };
+
+  test("the cut is proportional, at most half a window: from 16x the knee to near it in a few windows", (t) => {
+    const far = start({});
+    const stepwise = start({ sloFarAbove: 1e9 });
+    t.diagnostic(`default: ${far.slice(0, 8).join(" ")}; never far: ${stepwise.slice(0, 8).join(" ")}`);
+    assert.deepEqual(far.slice(0, 3), [128, 64, 32], "halved while p90 > 3.6 x the SLO");
+    assert.ok(windowsToBand(far) <= 6, `in the band after ${windowsToBand(far)} windows: ${far.join(" ")}`);
+    assert.ok(windowsToBand(stepwise) > 15, `10% steps take longer: ${stepwise.join(" ")}`);
+    assert.ok(inBand(far.at(-1)!), `it stays near the knee: ${far.join(" ")}`);
+  });
+
+  test("nearer the ceiling (p90 < adaptive_slo_far_above x the SLO) a breach takes the usual 10%", () => {
+    // TPOT 1.5x the SLO: one window, one small step (the cold start's: 64 -> 59), as with the far
+    // rule off.
+    const near = worker({ knee: 1000, baseTpotMs: 60 });
+    const a = new Sim({ tpotSloMs: 40 }, near);
+    const b = new Sim({ tpotSloMs: 40, sloFarAbove: 1e9 }, near);
+    a.demand = b.demand = 64;
+    a.window();
+    b.window();
+    assert.equal(a.ctl.limit, b.ctl.limit);
+    assert.equal(a.ctl.limit, 59);
+  });
+});
+
 describe("AdaptiveLimit: worker slowdown", () => {
   test("a 2x slowdown without an SLO: the limit drops, then the slowdown becomes the new normal; after it, recovers", (t) => {
     const sim = new Sim();
@@ -520,6 +552,7 @@ describe("AdaptiveLimit: bounds", () => {
       [{ sloReference: -0.1 }, "adaptive_slo_reference", />= 0 and <= 1/],
       [{ sloReferenceCap: 0.9 }, "adaptive_slo_reference_cap", />= 1/],
       [{ sloMinDecrease: 1 }, "adaptive_slo_min_decrease", />= 0 and < 1/],
+      [{ sloFarAbove: 0.5 }, "adaptive_slo_far_above", />= 1/],
     ];
     for (const [patch, key, message] of cases) {
       const err = configError(

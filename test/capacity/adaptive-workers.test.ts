@@ -141,4 +141,40 @@ describe("AdaptiveCapacity with one controller per worker", () => {
     adaptive.sample({ kind: "ok", tpotMs: 500 });
     assert.equal(adaptive.snapshot().storedSamples, 0, "no controller kept them");
   });
+
+  test("dispatched(worker) samples that worker: a peak between two closes counts; the queue's peak too", () => {
+    const { adaptive, workers, window, clock } = setup();
+    for (let i = 0; i < 60; i++) window((_, c) => kneeAt(8)(c));
+    const [a, b] = workers;
+    // An idle window: what ran above a limit the last window lowered has drained.
+    for (const w of workers) w.inflight = 0;
+    clock.advance(1000);
+    adaptive.closeWindow();
+    const before = [a!.adaptiveLimit!, b!.adaptiveLimit!];
+    assert.ok(
+      before.every((l) => l < 16),
+      `both settle near the knee of 8: ${before}`,
+    );
+    // One window at the baseline's latency. a runs at its limit only between dispatches (its
+    // count is back to 0 at the close); b is never dispatched to, but a queue builds and drains.
+    a!.inflight = a!.adaptiveLimit!;
+    adaptive.dispatched(a!.url);
+    a!.inflight = 0;
+    adaptive.queued(5);
+    adaptive.queued(-5);
+    for (const w of workers) for (let k = 0; k < 20; k++) adaptive.sample({ kind: "ok", tpotMs: 10 }, w.url);
+    clock.advance(1000);
+    adaptive.closeWindow();
+    assert.ok(a!.adaptiveLimit! > before[0]!, `a was in use: ${before[0]} -> ${a!.adaptiveLimit}`);
+    assert.ok(
+      b!.adaptiveLimit! > before[1]!,
+      `the queue kept b's limit in use: ${before[1]} -> ${b!.adaptiveLimit}`,
+    );
+    // The next window sees neither: a's peak and the queue's went with the close.
+    for (const w of workers) for (let k = 0; k < 20; k++) adaptive.sample({ kind: "ok", tpotMs: 10 }, w.url);
+    const after = [a!.adaptiveLimit!, b!.adaptiveLimit!];
+    clock.advance(1000);
+    adaptive.closeWindow();
+    assert.deepEqual([a!.adaptiveLimit!, b!.adaptiveLimit!], after, "an idle limit does not grow");
+  });
 });

@@ -326,3 +326,50 @@ describe("legacy queue timeout on a fractional instant", () => {
     holder.release();
   });
 });
+
+describe("legacy limiter: a capacity bound (adaptive capacity with the scheduler off)", () => {
+  test("the bound and max_concurrent_requests: the lower binds; a lower bound drains, a higher one admits", async () => {
+    const { limiter } = make({ maxConcurrentRequests: -1, queueSize: 10 });
+    limiter.setBound(3);
+    assert.equal(limiter.limit, 3);
+    const running = await Promise.all([limiter.acquire(), limiter.acquire(), limiter.acquire()]);
+    const fourth = track(limiter.acquire());
+    await flush();
+    assert.equal(fourth.state, "pending", "the bound holds the fourth in the queue");
+    assert.equal(limiter.queued, 1);
+    // Lowered under what runs: nothing is cut, and the queue waits until the count is under it.
+    limiter.setBound(1);
+    running[0]!.release();
+    running[1]!.release();
+    await flush();
+    assert.equal(fourth.state, "pending", "1 running, bound 1");
+    running[2]!.release();
+    await flush();
+    assert.equal(fourth.state, "resolved");
+    // Raised: waiters go in at once, up to the new bound.
+    const more = Array.from({ length: 3 }, () => track(limiter.acquire()));
+    await flush();
+    assert.deepEqual(
+      more.map((m) => m.state),
+      ["pending", "pending", "pending"],
+    );
+    limiter.setBound(3);
+    await flush();
+    assert.deepEqual(
+      more.map((m) => m.state),
+      ["resolved", "resolved", "pending"],
+    );
+    // Under max_concurrent_requests the lower of the two binds; undefined lifts the bound.
+    const capped = make({ maxConcurrentRequests: 2, queueSize: 10 }).limiter;
+    capped.setBound(5);
+    assert.equal(capped.limit, 2);
+    capped.setBound(1);
+    assert.equal(capped.limit, 1);
+    capped.setBound(undefined);
+    assert.equal(capped.limit, 2);
+    limiter.setBound(undefined);
+    await flush();
+    assert.equal(more[2]!.state, "resolved");
+    assert.equal(limiter.limit, Number.POSITIVE_INFINITY);
+  });
+});
