@@ -291,6 +291,9 @@ describe("the gateway's ledger flags", () => {
     const replies = [1, 2, 3].map(() =>
       sendTo(base, "/v1/chat/completions", { body: chatBody({ max_tokens: 8, stream: true }) }),
     );
+    // All three must have reached the gateway first: one that is still connecting when the
+    // listener closes is refused, which is the drain's contract but not this test's subject.
+    await waitFor(() => worker.stats().open === 3, "the three requests reached the worker");
     await waitFor(() => worker.stats().running === 1, "one request runs on the worker");
     child.kill("SIGTERM");
     await waitFor(() => out.stdout.includes('"draining: waiting'), "the gateway logged its drain");
