@@ -42,6 +42,14 @@
  * each step costs less than probeSlack of the throughput (in-flight peak / TPOT p90): past the knee
  * a step cuts latency more than concurrency and goes on, below it the step is pure loss and stops.
  * The first step that stops the probe is undone, and its window's p90s become the baselines.
+ * A step that raised the throughput by probeSlack to 4 x probeSlack (steadily far past the knee)
+ * makes the next one two steps deep; a larger jump is a cliff's edge, and the next step is single.
+ * A cold start compares windows measured at one level each: its first reference is not a window in
+ * which in flight rose from under half its peak (the clients starting), and each step is judged
+ * only by samples measured wholly after it took effect (the sample's `spanMs` began after the first
+ * window whose in-flight peak was within the new limit). Far past the knee an answer lasts many
+ * windows, and one that began at the old concurrency would read the step as worthless, stop the
+ * probe and lock the overload in as the baseline.
  * Probes run:
  *  - at cold start ("calibrating"): the limit starts at the discovered capacity (the workers'
  *    max_running_requests) clamped to the bounds, and only probe steps, overload and SLO rules
@@ -116,8 +124,22 @@ export type AdaptiveSample =
       promptTokens: number;
       /** Time per output token, ms; undefined when the answer had 0-1 output tokens. */
       tpotMs?: number | undefined;
+      /** How long before this report its measurement began (as in the TPOT-only form). */
+      spanMs?: number | undefined;
     }
-  | { kind: "ok"; tpotMs: number; ttftMs?: undefined; promptTokens?: number | undefined }
+  | {
+      kind: "ok";
+      tpotMs: number;
+      ttftMs?: undefined;
+      promptTokens?: number | undefined;
+      /**
+       * How long before this report the measured interval began (from the dispatch when the
+       * sample has a TTFT, else from the start of the TPOT measurement). With it, a sample that
+       * began before a cold-start probe step took effect is dropped: it describes the old
+       * concurrency. Without it the sample always counts.
+       */
+      spanMs?: number | undefined;
+    }
   /** The worker answered 429 or 503, or timed out. */
   | { kind: "overload" }
   /** Accepted so a caller can pass every outcome; they give no sample. */
@@ -463,6 +485,8 @@ export interface AdaptiveLimitSnapshot {
   storedSamples: number;
   /** `ok` samples with a negative or non-finite value (or no value at all), dropped. */
   invalidSamples: number;
+  /** `ok` samples whose measurement began before a cold-start probe step took effect, dropped. */
+  staleSamples: number;
 }
 
 const BUCKETS = TTFT_BUCKET_BOUNDS.length + 1;
@@ -474,6 +498,8 @@ interface WindowStats {
   /** In-flight peak of the window. */
   peak: number;
   inUse: boolean;
+  /** In flight rose from under half its peak during the window (e.g. the clients starting). */
+  rampUp: boolean;
   overloads: number;
   tpotP90: number | undefined;
   bucketP90: Array<number | undefined>;
@@ -503,6 +529,8 @@ export class AdaptiveLimit {
   private windowOverloads = 0;
   /** Peak in-flight / queued reported in the window; -1 when nothing was reported. */
   private windowPeak = -1;
+  /** Lowest in-flight of the window, from the level it started at. */
+  private windowLow = 0;
   private windowQueued = -1;
   private lastInflight = 0;
   private lastQueued = 0;
@@ -527,6 +555,13 @@ export class AdaptiveLimit {
   private probes = 0;
   private probeSteps = 0;
   private invalidSamples = 0;
+  private staleSamples = 0;
+  /**
+   * After a cold-start probe step: true until a window's in-flight peak is within the new limit;
+   * then `settledAt` is that window's end. A sample with a span that began before it is stale.
+   */
+  private settling = false;
+  private settledAt = Number.NEGATIVE_INFINITY;
 
   constructor(options: AdaptiveLimitOptions, clock: Clock) {
     this.options = Object.freeze(resolveAdaptiveLimitOptions(options));
@@ -564,6 +599,11 @@ export class AdaptiveLimit {
       this.invalidSamples++;
       return;
     }
+    const span = sample.spanMs;
+    if (span !== undefined && (this.settling || this.clock.now() - span < this.settledAt)) {
+      this.staleSamples++;
+      return;
+    }
     if (ttftMs !== undefined) {
       this.ttft[ttftBucketOf(promptTokens!)]!.add(ttftMs, this.random);
       this.ttftAll.add(ttftMs, this.random);
@@ -582,6 +622,7 @@ export class AdaptiveLimit {
     this.lastInflight = n;
     this.lastQueued = q;
     if (n > this.windowPeak) this.windowPeak = n;
+    if (n < this.windowLow) this.windowLow = n;
     if (q > this.windowQueued) this.windowQueued = q;
   }
 
@@ -605,6 +646,8 @@ export class AdaptiveLimit {
     const peak = this.windowPeak >= 0 ? this.windowPeak : this.lastInflight;
     const queued = this.windowQueued >= 0 ? this.windowQueued : this.lastQueued;
     this.windowPeak = -1;
+    const low = this.windowLow;
+    this.windowLow = this.lastInflight;
     this.windowQueued = -1;
     const overloads = this.windowOverloads;
     this.windowOverloads = 0;
@@ -615,6 +658,12 @@ export class AdaptiveLimit {
       // describe the old limit, and the decrease that answers them is already made.
       for (const store of this.allStores) store.reset();
       return this.decided("hold");
+    }
+    if (this.settling) {
+      // The step took effect during this window: from now on a sample must have been
+      // measured entirely at the new concurrency (the ones reported so far were dropped).
+      this.settling = false;
+      this.settledAt = now;
     }
 
     // Evaluate every store with enough samples; the others carry over (up to maxCarryWindows).
@@ -633,6 +682,7 @@ export class AdaptiveLimit {
       limit,
       peak,
       inUse: queued > 0 || peak >= o.utilization * limit,
+      rampUp: low < peak / 2,
       overloads,
       tpotP90,
       bucketP90,
@@ -641,8 +691,17 @@ export class AdaptiveLimit {
     };
     this.frozen = overloads > 0 || w.sloBreach;
 
-    if (this.phase !== "tracking") return this.decided(this.probeWindow(w));
-    return this.decided(this.track(w));
+    const cold = this.phase === "calibrating";
+    const decision = cold || this.phase === "probing" ? this.probeWindow(w) : this.track(w);
+    if (this.current < limit && cold) {
+      // A cold start's step is judged by samples measured wholly at the new concurrency: far past
+      // the knee an answer takes many windows, and one that began at the old concurrency would
+      // read the step as worthless (the probe would stop and undo it, locking in the overload).
+      // What the stores carry over was measured above the new limit.
+      this.settling = true;
+      for (const store of this.allStores) store.reset();
+    }
+    return this.decided(decision);
   }
 
   snapshot(): AdaptiveLimitSnapshot {
@@ -671,6 +730,7 @@ export class AdaptiveLimit {
       bound: this.pinned,
       storedSamples: stored,
       invalidSamples: this.invalidSamples,
+      staleSamples: this.staleSamples,
     };
   }
 
@@ -790,12 +850,24 @@ export class AdaptiveLimit {
     }
     const p90 = w.tpotP90;
     const point = this.probePoint;
+    // The cold start's first reference must be a window at its level: one that ramped up has
+    // a p90 of fewer requests than its peak, and every step would then read as a loss.
+    if (cold && point === undefined && w.rampUp) return "hold";
     const ran = w.peak > 0 ? Math.min(w.limit, w.peak) : w.limit;
     // Throughput of the window vs the one before the step (requests in flight / TPOT).
-    const improved = point === undefined || ran / p90 >= (1 - o.probeSlack) * (point.ran / point.p90);
-    if (improved && ran > o.minCapacity) {
+    const gain = point === undefined ? 1 : ran / p90 / (point.ran / point.p90);
+    if (gain >= 1 - o.probeSlack && ran > o.minCapacity) {
       this.probePoint = { limit: w.limit, ran, p90 };
-      return this.shrink(Math.max(o.minCapacity, Math.floor(ran * o.probeStep)), "decrease", true);
+      // A step that raised the throughput by a slack or more was far past the knee (latency fell
+      // faster than concurrency): the next goes two steps deep, since each step waits for the
+      // requests above the limit to finish, and a minute-long answer makes that a minute. A bigger
+      // jump is a cliff's edge: a double step there would land far under the knee.
+      const deep = gain >= 1 + o.probeSlack && gain < 1 + 4 * o.probeSlack;
+      return this.shrink(
+        Math.max(o.minCapacity, Math.floor(ran * o.probeStep ** (deep ? 2 : 1))),
+        "decrease",
+        true,
+      );
     }
     // The last step bought nothing (or no step is left): this window's latency is the baseline.
     this.phase = "tracking";

@@ -272,7 +272,8 @@ export class AdaptiveCapacity implements CapacitySource, CapacityFeedback {
         | "probes"
         | "probeSteps"
         | "storedSamples"
-        | "invalidSamples",
+        | "invalidSamples"
+        | "staleSamples",
     ) => snaps.reduce((s, x) => s + x[k], 0);
     const phase: AdaptivePhase = snaps.some((s) => s.phase === "calibrating")
       ? "calibrating"
@@ -295,6 +296,7 @@ export class AdaptiveCapacity implements CapacitySource, CapacityFeedback {
       probeSteps: sumOf("probeSteps"),
       storedSamples: sumOf("storedSamples"),
       invalidSamples: sumOf("invalidSamples"),
+      staleSamples: sumOf("staleSamples"),
       bound: this.current <= this.minCapacity ? "min" : this.current >= this.maxCapacity ? "max" : head.bound,
       capacity,
       inflight: this.inflightNow,

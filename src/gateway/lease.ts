@@ -304,7 +304,8 @@ export class Lease implements ExchangeOwner, CancelSignal {
     if (feedback === undefined || nowMs - this.paceAtMs < (feedback.paceIntervalMs ?? 5000)) return;
     const tokens = events - this.paceEvents;
     if (tokens < 1) return;
-    feedback.sample({ kind: "ok", tpotMs: (nowMs - this.paceAtMs) / tokens }, this.worker?.url);
+    const spanMs = nowMs - this.paceAtMs;
+    feedback.sample({ kind: "ok", tpotMs: spanMs / tokens, spanMs }, this.worker?.url);
     this.paceAtMs = nowMs;
     this.paceEvents = events;
     this.paceSamples++;
@@ -448,10 +449,12 @@ export class Lease implements ExchangeOwner, CancelSignal {
         const rest = output - 1 - (this.paceEvents - this.firstEvents);
         tpotMs = rest >= 1 ? (endMs - this.paceAtMs) / rest : undefined;
       }
-      feedback.sample({ kind: "ok", ttftMs: firstMs - dispatchedMs, promptTokens, tpotMs }, worker);
+      const spanMs = endMs - dispatchedMs;
+      feedback.sample({ kind: "ok", ttftMs: firstMs - dispatchedMs, promptTokens, tpotMs, spanMs }, worker);
     } else if (output >= 1) {
       // A whole answer at once: only its pace per token is known (prefill included).
-      feedback.sample({ kind: "ok", tpotMs: (endMs - dispatchedMs) / output }, worker);
+      const spanMs = endMs - dispatchedMs;
+      feedback.sample({ kind: "ok", tpotMs: spanMs / output, spanMs }, worker);
     }
   }
 

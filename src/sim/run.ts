@@ -411,6 +411,7 @@ export async function runPolicy(
           ttftMs: req.firstAt - req.admittedAt,
           promptTokens: req.prompt,
           tpotMs: decoded >= 1 ? (t - since) / decoded : undefined,
+          spanMs: t - req.admittedAt,
         },
         req.workerUrl,
       );
@@ -904,8 +905,8 @@ export async function runPolicy(
       new Periodic(clock, PACE_CHECK_MS, () => {
         const now = clock.now();
         for (const w of g.workers) {
-          w.paceMarks(now, adaptive.paceIntervalMs, (_, tpotMs) =>
-            adaptive.sample({ kind: "ok", tpotMs }, w.url),
+          w.paceMarks(now, adaptive.paceIntervalMs, (_, tpotMs, spanMs) =>
+            adaptive.sample({ kind: "ok", tpotMs, spanMs }, w.url),
           );
         }
       }),

@@ -430,9 +430,9 @@ export class Worker {
    * The decode pace of every decoding request since its last mark, as the gateway reports it
    * while a stream runs: for each whose mark is at least `intervalMs` old, `emit(job, tpotMs)`
    * with the time from its mark to the end of the last finished iteration over the tokens in
-   * between, and a new mark there.
+   * between (and the span from the last mark to now), and a new mark there.
    */
-  paceMarks(now: number, intervalMs: number, emit: (job: Job, tpotMs: number) => void): void {
+  paceMarks(now: number, intervalMs: number, emit: (job: Job, tpotMs: number, spanMs: number) => void): void {
     if (!this.busy || this.decoding.size === 0) return;
     const j = Math.min(this.stepK, Math.floor((now - this.stepStart) / this.stepDur));
     const iter = this.iter + j;
@@ -440,7 +440,7 @@ export class Worker {
     for (const job of this.decoding.items) {
       const tokens = iter - job.paceIter;
       if (tokens < 1 || at - job.paceAt < intervalMs) continue;
-      emit(job, (at - job.paceAt) / tokens);
+      emit(job, (at - job.paceAt) / tokens, now - job.paceAt);
       job.paceIter = iter;
       job.paceAt = at;
       job.paceMarks++;

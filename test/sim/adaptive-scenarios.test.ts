@@ -31,29 +31,20 @@ function key(e: ExpectationResult): string {
  * - incident: at 2x on every worker the p99 TPOT curve is flat near the SLO; the best fixed limit
  *   serves 79% of the knee's throughput within it, so the 90% goodput bound is out of reach for any
  *   limit. The pool's limit (worker limits of 7-9, integer steps of 11-14%) never stays in the
- *   ±20% band, so the bounds read after convergence are read over the phase's last seconds.
+ *   ±20% band, so the bounds read after convergence are read over the phase's last seconds; after
+ *   it, the limit climbs back to 512 at 5% a window and enters the band after about a minute.
  * - mix shift (long prompts): the controllers hold each worker's TPOT p90 at 13 ms, and with long
  *   prompts the pool's p99 of a 10 s window then crosses 15 ms (a fixed limit 10% lower keeps it);
- *   the slowdown and the cold start: the same, smaller (94% of the windows).
- * - slow worker, bulk flood: the limit leaves the ±20% band for a window late in a phase; the slow
- *   worker's first phase then has no window after convergence.
+ *   at 200% of the staged load's knee and in the slow worker's first phase, the same, smaller
+ *   (83% and 89% of the windows).
+ * - slow worker, after the slowdown: the limit leaves the ±20% band for a few windows late in the
+ *   phase (342 against a final median of 268, two minutes in).
  */
 const KNOWN_GAPS: Record<string, string[]> = {
-  "adaptive-slow-worker": [
-    "tpot_slo_attainment/interactive@before",
-    "convergence_secs@slow",
-    "tpot_slo_attainment/interactive@slow",
-    "convergence_secs@after",
-  ],
+  "adaptive-staged-load": ["tpot_slo_attainment/interactive@double"],
+  "adaptive-slow-worker": ["tpot_slo_attainment/interactive@before", "convergence_secs@after"],
   "adaptive-mix-shift": ["tpot_slo_attainment/interactive@long"],
-  "adaptive-incident": [
-    "convergence_secs@incident",
-    "goodput_rps@incident",
-    "tpot_slo_attainment/interactive@incident",
-    "convergence_secs@after",
-  ],
-  "adaptive-cold-start": ["tpot_slo_attainment/interactive"],
-  "adaptive-bulk-flood": ["convergence_secs@flood"],
+  "adaptive-incident": ["convergence_secs@incident", "goodput_rps@incident", "convergence_secs@after"],
 };
 
 function expectation(report: Report, policy: "sluice" | "sluice-adaptive", k: string): ExpectationResult {
