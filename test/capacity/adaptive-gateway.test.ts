@@ -223,8 +223,12 @@ describe("adaptive capacity over HTTP", () => {
     // (the slow one comes down from 32 a step every few windows; it is still moving before that).
     const steady = (values: number[]) =>
       Math.max(...values) - Math.min(...values) <= 3 && Math.max(...values) <= KNEE * 2;
+    // And both cold starts over: a probe that steps down a window or four at a time (each step
+    // waits for a drain and then for samples measured after it) also looks steady.
     const settled = () =>
-      limits.length >= 10 && [0, 1].every((w) => steady(limits.slice(-10).map((l) => l[w]!)));
+      limits.length >= 10 &&
+      [0, 1].every((w) => steady(limits.slice(-10).map((l) => l[w]!))) &&
+      adaptive.snapshot().workers.every((w) => w.phase === "tracking");
     try {
       while (!settled() && limits.length < 120) {
         for (const w of fleet.workers) w.resetStats();
