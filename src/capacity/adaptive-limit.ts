@@ -692,7 +692,7 @@ export class AdaptiveLimit {
     this.frozen = overloads > 0 || w.sloBreach;
 
     const cold = this.phase === "calibrating";
-    const decision = cold || this.phase === "probing" ? this.probeWindow(w) : this.track(w);
+    const decision = this.phase !== "tracking" ? this.probeWindow(w) : this.track(w);
     if (this.current < limit && cold) {
       // A cold start's step is judged by samples measured wholly at the new concurrency: far past
       // the knee an answer takes many windows, and one that began at the old concurrency would

@@ -439,6 +439,8 @@ export class Lease implements ExchangeOwner, CancelSignal {
     const firstMs = this.firstByteMs ?? endMs;
     const promptTokens = usage.inputTokens;
     const output = usage.outputTokens;
+    // Since the dispatch: a cold start's probe drops a sample that began before its last step.
+    const spanMs = endMs - dispatchedMs;
     if (this.reader?.isStream === true) {
       // A stream: its first byte is the first token, and the rest came at the decode pace. The
       // pace up to the last mark went out while it ran (onChunk); this sample has the rest.
@@ -449,11 +451,9 @@ export class Lease implements ExchangeOwner, CancelSignal {
         const rest = output - 1 - (this.paceEvents - this.firstEvents);
         tpotMs = rest >= 1 ? (endMs - this.paceAtMs) / rest : undefined;
       }
-      const spanMs = endMs - dispatchedMs;
       feedback.sample({ kind: "ok", ttftMs: firstMs - dispatchedMs, promptTokens, tpotMs, spanMs }, worker);
     } else if (output >= 1) {
       // A whole answer at once: only its pace per token is known (prefill included).
-      const spanMs = endMs - dispatchedMs;
       feedback.sample({ kind: "ok", tpotMs: spanMs / output, spanMs }, worker);
     }
   }
