@@ -42,12 +42,14 @@
  * each step costs less than probeSlack of the throughput (in-flight peak / TPOT p90): past the knee
  * a step cuts latency more than concurrency and goes on, below it the step is pure loss and stops.
  * The first step that stops the probe is undone, and its window's p90s become the baselines.
- * A step that raised the throughput by probeSlack to 4 x probeSlack (steadily far past the knee)
- * makes the next one two steps deep; a larger jump is a cliff's edge, and the next step is single.
+ * While steps cost nothing (throughput within probeSlack, or higher), each goes twice as deep as the
+ * one before, up to four steps (x0.66): each waits for a drain, and far past the knee the drains
+ * are answers of a minute. A jump of more than 4 x probeSlack is a cliff's edge, and the next step
+ * is single again; an overshoot under the knee is a loss, undone like any other.
  * A cold start compares windows measured at one level each: its first reference is not a window in
  * which in flight rose from under half its peak (the clients starting), and each step is judged
- * only by samples measured wholly after it took effect (the sample's `spanMs` began after the first
- * window whose in-flight peak was within the new limit). Far past the knee an answer lasts many
+ * only by samples measured wholly after it took effect (the sample's `spanMs` began after in flight
+ * was first reported within the new limit). Far past the knee an answer lasts many
  * windows, and one that began at the old concurrency would read the step as worthless, stop the
  * probe and lock the overload in as the baseline.
  * Probes run:
@@ -491,6 +493,9 @@ export interface AdaptiveLimitSnapshot {
 
 const BUCKETS = TTFT_BUCKET_BOUNDS.length + 1;
 
+/** The deepest probe step, in probeSteps (0.9^4 = 0.66 with the default step). */
+const MAX_PROBE_DEPTH = 4;
+
 /** What one closed window measured. */
 interface WindowStats {
   now: number;
@@ -540,6 +545,8 @@ export class AdaptiveLimit {
   private probePoint: { limit: number; ran: number; p90: number } | undefined = undefined;
   /** A re-probe is due (recalibrate(), or a trigger that found the window unfit to start one). */
   private probeWanted = false;
+  /** How many probeSteps the next probe step takes (1, 2 or 4): it doubles while steps cost nothing. */
+  private probeDepth = 1;
   private nextProbeAt: number;
   private consecutiveDecreases = 0;
 
@@ -557,8 +564,9 @@ export class AdaptiveLimit {
   private invalidSamples = 0;
   private staleSamples = 0;
   /**
-   * After a cold-start probe step: true until a window's in-flight peak is within the new limit;
-   * then `settledAt` is that window's end. A sample with a span that began before it is stale.
+   * After a cold-start probe step: true until in flight is reported within the new limit (or a
+   * window's peak is); `settledAt` is then that moment. A sample with a span that began before
+   * it is stale.
    */
   private settling = false;
   private settledAt = Number.NEGATIVE_INFINITY;
@@ -623,6 +631,12 @@ export class AdaptiveLimit {
     this.lastQueued = q;
     if (n > this.windowPeak) this.windowPeak = n;
     if (n < this.windowLow) this.windowLow = n;
+    if (this.settling && n <= this.current) {
+      // The cold-start step has taken effect: what is dispatched from now on runs at the new
+      // level (waiting for the end of a window whose peak is within it cost a pace mark a step).
+      this.settling = false;
+      this.settledAt = this.clock.now();
+    }
     if (q > this.windowQueued) this.windowQueued = q;
   }
 
@@ -858,13 +872,16 @@ export class AdaptiveLimit {
     const gain = point === undefined ? 1 : ran / p90 / (point.ran / point.p90);
     if (gain >= 1 - o.probeSlack && ran > o.minCapacity) {
       this.probePoint = { limit: w.limit, ran, p90 };
-      // A step that raised the throughput by a slack or more was far past the knee (latency fell
-      // faster than concurrency): the next goes two steps deep, since each step waits for the
-      // requests above the limit to finish, and a minute-long answer makes that a minute. A bigger
-      // jump is a cliff's edge: a double step there would land far under the knee.
-      const deep = gain >= 1 + o.probeSlack && gain < 1 + 4 * o.probeSlack;
+      // Each step waits for the requests above the limit to finish, and far past the knee a
+      // minute-long answer makes that a minute: while steps cost nothing (or raise the
+      // throughput: latency falls faster than concurrency), the next goes twice as deep, up to
+      // four steps (x0.66). A jump of more than 4 slacks is a cliff's edge: a deep step there would
+      // land far under the knee, so the next is single again. Overshooting is cheap: the loss
+      // stops the probe and undoes the step.
+      if (point === undefined || gain >= 1 + 4 * o.probeSlack) this.probeDepth = 1;
+      else this.probeDepth = Math.min(MAX_PROBE_DEPTH, this.probeDepth * 2);
       return this.shrink(
-        Math.max(o.minCapacity, Math.floor(ran * o.probeStep ** (deep ? 2 : 1))),
+        Math.max(o.minCapacity, Math.floor(ran * o.probeStep ** this.probeDepth)),
         "decrease",
         true,
       );

@@ -786,7 +786,7 @@ describe("AdaptiveLimit: cold-start probe steps", () => {
     return ctl.tick();
   }
 
-  test("a step that raised the throughput by a slack or more (but not a cliff's jump) makes the next one two deep", () => {
+  test("a step that raised the throughput (but not by a cliff's jump) makes the next one twice as deep", () => {
     const clock = new ManualClock();
     const ctl = new AdaptiveLimit({ minCapacity: 1, maxCapacity: 256, initialCapacity: 100 }, clock);
     assert.equal(window(ctl, clock, 100, 100), "hold", "in flight rose from 0: no reference yet");
@@ -800,6 +800,45 @@ describe("AdaptiveLimit: cold-start probe steps", () => {
     assert.equal(ctl.limit, 72);
     assert.equal(ctl.snapshot().phase, "tracking");
     assert.equal(ctl.snapshot().tpotBaselineMs, 60);
+  });
+
+  test("while steps cost nothing the next goes twice as deep, up to four steps; the first loss is undone", () => {
+    const clock = new ManualClock();
+    const ctl = new AdaptiveLimit({ minCapacity: 1, maxCapacity: 256, initialCapacity: 100 }, clock);
+    window(ctl, clock, 100, 100);
+    window(ctl, clock, 100, 100);
+    assert.equal(ctl.limit, 90, "the first step: 0.9");
+    // Flat throughput (latency proportional to concurrency: a saturated worker).
+    window(ctl, clock, 90, 90);
+    assert.equal(ctl.limit, 72, "two steps: floor(90 x 0.81)");
+    window(ctl, clock, 72, 72);
+    assert.equal(ctl.limit, 47, "four steps: floor(72 x 0.6561)");
+    window(ctl, clock, 47, 47);
+    assert.equal(ctl.limit, 30, "still four: floor(47 x 0.6561)");
+    window(ctl, clock, 30, 40); // under the knee: throughput 0.75 of the last level
+    assert.equal(ctl.limit, 47, "the overshoot is undone");
+    assert.equal(ctl.snapshot().phase, "tracking");
+    assert.equal(ctl.snapshot().tpotBaselineMs, 40, "and its latency is the baseline");
+    assert.equal(ctl.snapshot().probeSteps, 4);
+  });
+
+  test("a step takes effect when in flight is reported within the new limit, not at the end of that window", () => {
+    const clock = new ManualClock();
+    const ctl = new AdaptiveLimit({ minCapacity: 1, maxCapacity: 256, initialCapacity: 100 }, clock);
+    window(ctl, clock, 100, 100);
+    window(ctl, clock, 100, 100);
+    assert.equal(ctl.limit, 90);
+    // 100 in flight, down to 90 400 ms into the window: rule 0 holds (the peak was above).
+    ctl.sampleUsage(100, 50);
+    clock.advance(400);
+    ctl.sampleUsage(90, 50);
+    clock.advance(600);
+    assert.equal(ctl.tick(), "hold");
+    // Reported now and measured over 0.5 s: began 100 ms after in flight reached 90, so it
+    // judges the step (it began before the end of a window within the limit).
+    window(ctl, clock, 90, 80, 500);
+    assert.equal(ctl.limit, 72, "+12.5%: the next step, two deep");
+    assert.equal(ctl.snapshot().staleSamples, 0);
   });
 
   test("after a step, samples whose measurement began before it took effect are dropped and counted", () => {
