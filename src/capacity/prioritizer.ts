@@ -16,6 +16,9 @@
  *   from the top level down, add each level's queued requests and arrivals per second; at the
  *   first level L where the sum passes the budget, the room left admits a fraction a of L's
  *   arrivals, and threshold = L + 1 - a (nothing shed when the sum never passes it).
+ * The threshold enters a class's levels only once the previous calibration refused every level
+ * below that class, or those levels have nothing queued or arriving: a class is shed after the ones
+ * below it, in time as well as in order.
  * An arrival below floor(threshold) is refused; one at floor(threshold) is refused with probability
  * threshold - floor(threshold) (a deterministic low-discrepancy draw, so runs repeat). The
  * fraction matters: with one tenant in a class every request has the same level, and a whole-level
@@ -259,6 +262,16 @@ export class Prioritizer {
         break;
       }
       sum = next;
+    }
+    // A class is shed only after the classes below it: its arrivals are refused once every lower
+    // level was refused for a period (or has nothing to shed). A forecast from one second at the
+    // onset of a flood (the workers stalled on the burst's prefill, completions down to a tenth)
+    // must not refuse interactive users while bulk was let in the second before.
+    const base = Math.floor(threshold / 100) * 100;
+    if (threshold > base && base > 0 && this.currentThreshold < base) {
+      let below = 0;
+      for (let level = 0; level < base; level++) below += queuedAt[level]! + arrivals[level]!;
+      if (below > 0) threshold = base;
     }
     this.currentThreshold = Math.min(threshold, SYSTEM_LEVEL);
   }

@@ -75,6 +75,33 @@ describe("calibration", () => {
     assert.equal(p.status().shed, 1);
   });
 
+  test("a class is shed only after a period that refused every class below it", () => {
+    const clock = new ManualClock(0);
+    const p = new Prioritizer({ maxQueueWaitMs: 1000 }, clock);
+    const overloaded = () => {
+      for (let i = 0; i < 20; i++) p.shouldShed("interactive", 250);
+      for (let i = 0; i < 50; i++) p.shouldShed("bulk", 40);
+      // 10/s for 2 s fits 20: interactive alone (5 queued, 20 arriving) does not fit.
+      second(p, clock, 10, [
+        { level: 250, count: 5 },
+        { level: 40, count: 30 },
+      ]);
+    };
+    overloaded();
+    assert.equal(p.threshold, 200, "first every bulk and default level");
+    assert.equal(p.shouldShed("interactive", 250), false);
+    assert.equal(p.shouldShed("default", 199), true);
+    overloaded();
+    // 21 interactive arrivals this period (the one just let in counts): 15 of them fit.
+    assert.equal(p.threshold, 251 - 15 / 21, "then a fraction of the interactive level");
+    // With nothing below to shed, the first calibration goes straight into the class.
+    const rc = new ManualClock(0);
+    const r = new Prioritizer({ maxQueueWaitMs: 1000 }, rc);
+    for (let i = 0; i < 20; i++) r.shouldShed("interactive", 250);
+    second(r, rc, 10, [{ level: 250, count: 15 }]); // 1.5 s of queue: shedding starts
+    assert.equal(r.threshold, 250.75, "5 of the 20 arrivals fit");
+  });
+
   test("system is never shed, even with nothing served and everything queued", () => {
     const clock = new ManualClock(0);
     const p = new Prioritizer({ maxQueueWaitMs: 100 }, clock);
