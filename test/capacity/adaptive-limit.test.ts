@@ -786,12 +786,18 @@ describe("AdaptiveLimit: cold-start probe steps", () => {
     return ctl.tick();
   }
 
-  test("a step that raised the throughput (but not by a cliff's jump) makes the next one twice as deep", () => {
+  /** A cold start from 100 in flight: the ramp-up window, the reference window, the first step. */
+  function firstStep(): { clock: ManualClock; ctl: AdaptiveLimit } {
     const clock = new ManualClock();
     const ctl = new AdaptiveLimit({ minCapacity: 1, maxCapacity: 256, initialCapacity: 100 }, clock);
     assert.equal(window(ctl, clock, 100, 100), "hold", "in flight rose from 0: no reference yet");
     window(ctl, clock, 100, 100);
     assert.equal(ctl.limit, 90, "the first step: 0.9");
+    return { clock, ctl };
+  }
+
+  test("a step that raised the throughput (but not by a cliff's jump) makes the next one twice as deep", () => {
+    const { clock, ctl } = firstStep();
     window(ctl, clock, 90, 80); // 90 / 80 against 100 / 100: +12.5%
     assert.equal(ctl.limit, 72, "two steps deep: floor(90 x 0.81)");
     window(ctl, clock, 72, 49); // +30%: a cliff, so one step again
@@ -803,11 +809,7 @@ describe("AdaptiveLimit: cold-start probe steps", () => {
   });
 
   test("while steps cost nothing the next goes twice as deep, up to four steps; the first loss is undone", () => {
-    const clock = new ManualClock();
-    const ctl = new AdaptiveLimit({ minCapacity: 1, maxCapacity: 256, initialCapacity: 100 }, clock);
-    window(ctl, clock, 100, 100);
-    window(ctl, clock, 100, 100);
-    assert.equal(ctl.limit, 90, "the first step: 0.9");
+    const { clock, ctl } = firstStep();
     // Flat throughput (latency proportional to concurrency: a saturated worker).
     window(ctl, clock, 90, 90);
     assert.equal(ctl.limit, 72, "two steps: floor(90 x 0.81)");
@@ -823,11 +825,7 @@ describe("AdaptiveLimit: cold-start probe steps", () => {
   });
 
   test("a step takes effect when in flight is reported within the new limit, not at the end of that window", () => {
-    const clock = new ManualClock();
-    const ctl = new AdaptiveLimit({ minCapacity: 1, maxCapacity: 256, initialCapacity: 100 }, clock);
-    window(ctl, clock, 100, 100);
-    window(ctl, clock, 100, 100);
-    assert.equal(ctl.limit, 90);
+    const { clock, ctl } = firstStep();
     // 100 in flight, down to 90 400 ms into the window: rule 0 holds (the peak was above).
     ctl.sampleUsage(100, 50);
     clock.advance(400);
@@ -842,11 +840,7 @@ describe("AdaptiveLimit: cold-start probe steps", () => {
   });
 
   test("after a step, samples whose measurement began before it took effect are dropped and counted", () => {
-    const clock = new ManualClock();
-    const ctl = new AdaptiveLimit({ minCapacity: 1, maxCapacity: 256, initialCapacity: 100 }, clock);
-    window(ctl, clock, 100, 100);
-    window(ctl, clock, 100, 100);
-    assert.equal(ctl.limit, 90);
+    const { clock, ctl } = firstStep();
     // Draining (in flight above the new limit): rule 0 holds whatever the samples say.
     assert.equal(window(ctl, clock, 100, 100, 500), "hold");
     // Drained in this window: samples reported during it began before, so they do not count.
