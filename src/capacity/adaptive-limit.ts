@@ -28,7 +28,10 @@
  *     SLO (a cold start far past the knee) comes down in a few windows, not dozens.
  *  3. decrease: ratio > decreaseAbove: the same shrink with g = max(minGradient, gradient), so a
  *     step takes at most smoothing * (1 - minGradient) = 10%.
- *  4. increase: ratio <= increaseBelow and the limit is in use: limit += max(1, floor(limit * increaseStep)).
+ *  4. increase: ratio <= increaseBelow and the limit is in use: limit += max(1, floor(limit * increaseStep)),
+ *     twice that (at least 2) when the window before also increased with ratio <= 1 / increaseBelow:
+ *     latency well under its reference is room, and a limit climbing back after an incident is not
+ *     held to 5% a window; near its reference a limit still creeps.
  *  5. hold: the dead band increaseBelow < ratio <= decreaseAbove, an idle limit, or no signal.
  * Every decrease takes at least 1; the result is clamped to [minCapacity, maxCapacity].
  *
@@ -549,6 +552,8 @@ export class AdaptiveLimit {
   private probeDepth = 1;
   private nextProbeAt: number;
   private consecutiveDecreases = 0;
+  /** The last window increased with latency well under the reference: the next increase is doubled. */
+  private boostNext = false;
 
   private lastDecision: AdaptiveDecision = "hold";
   private lastRatio: number | undefined = undefined;
@@ -823,11 +828,17 @@ export class AdaptiveLimit {
     } else if (ratio > o.decreaseAbove) {
       decision = this.shrink(this.shrunk(ran, gradient), "decrease");
     } else if (ratio <= o.increaseBelow && w.inUse) {
-      decision = this.grow(w.limit + Math.max(1, Math.floor(w.limit * o.increaseStep)));
+      // After a window well under the reference, the next increase takes twice the step: a limit
+      // climbing back after an incident (latency far under its baseline) is not held to 5% a
+      // window, while one near its knee (ratio in 1/increaseBelow .. increaseBelow) still is.
+      const k = this.boostNext ? 2 : 1;
+      decision = this.grow(w.limit + Math.max(k, Math.floor(w.limit * o.increaseStep * k)));
+      this.boostNext = ratio <= 1 / o.increaseBelow;
     } else {
       decision = "hold";
     }
     this.consecutiveDecreases = decision === "decrease" ? this.consecutiveDecreases + 1 : 0;
+    if (decision !== "increase") this.boostNext = false;
 
     if (!this.frozen) {
       this.follow(this.tpot, w.tpotP90, w.now);

@@ -216,14 +216,17 @@ export class AdaptiveCapacity implements CapacitySource, CapacityFeedback {
    */
 
   queued(delta: number): void {
+    // Every request passes through the queue, most for no time at all: its level is read only
+    // when a slot is released (below) or a window closes, so a request let in at once is not
+    // "queued work" and an idle limit does not grow on it.
     this.queuedNow += delta;
-    if (this.queuedNow > this.queuedPeak) this.queuedPeak = this.queuedNow;
-    if (this.listWorkers === undefined) this.reportPool(this.queuedNow);
   }
 
   inflight(delta: number): void {
     this.inflightNow += delta;
-    if (this.listWorkers === undefined) this.reportPool(this.queuedNow);
+    // A release is when a waiting request would be let in: what is still queued now waited.
+    if (delta < 0 && this.queuedNow > this.queuedPeak) this.queuedPeak = this.queuedNow;
+    if (this.listWorkers === undefined) this.reportPool(delta < 0 ? this.queuedNow : 0);
   }
 
   dispatched(worker?: string): void {

@@ -857,3 +857,29 @@ describe("AdaptiveLimit: cold-start probe steps", () => {
     assert.equal(ctl.limit, 64);
   });
 });
+
+describe("AdaptiveLimit: increases", () => {
+  /** From 40 under a knee of 200, demand far above: the limits, window by window. */
+  const climb = (options: Partial<AdaptiveLimitOptions>) => {
+    const sim = new Sim({ initialCapacity: 40, ...options }, worker({ knee: 200 }));
+    sim.demand = 1000;
+    return [sim.ctl.limit, ...sim.run(20)];
+  };
+  /** Each window's increase after the cold start's probe (the first three windows). */
+  const increases = (limits: number[]) => limits.slice(3, -1).map((l, i) => [l, limits[i + 4]! - l]);
+
+  test("latency at its baseline: each increase is 5% (at least 1)", () => {
+    for (const [limit, step] of increases(climb({}))) {
+      assert.equal(step, Math.max(1, Math.floor(limit! * 0.05)), `from ${limit}`);
+    }
+  });
+
+  test("latency well under its reference: after the first increase, each is twice the step", () => {
+    // tpot_slo_ms 40 puts the reference at 1.5 x the 20 ms baseline: TPOT reads 0.7 of it.
+    const steps = increases(climb({ tpotSloMs: 40 }));
+    assert.deepEqual(steps[0], [40, 2], "the first increase of a climb is 5%");
+    for (const [limit, step] of steps.slice(1)) {
+      assert.equal(step, Math.max(2, Math.floor(limit! * 0.1)), `from ${limit}`);
+    }
+  });
+});

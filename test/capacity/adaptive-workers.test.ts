@@ -156,11 +156,14 @@ describe("AdaptiveCapacity with one controller per worker", () => {
       `both settle near the knee of 8: ${before}`,
     );
     // One window at the baseline's latency. a runs at its limit only between dispatches (its
-    // count is back to 0 at the close); b is never dispatched to, but a queue builds and drains.
+    // count is back to 0 at the close); b is never dispatched to, but a queue builds, is still
+    // waiting when a slot is released, and drains.
     a!.inflight = a!.adaptiveLimit!;
     adaptive.dispatched(a!.url);
     a!.inflight = 0;
+    adaptive.inflight(1);
     adaptive.queued(5);
+    adaptive.inflight(-1);
     adaptive.queued(-5);
     for (const w of workers) for (let k = 0; k < 20; k++) adaptive.sample({ kind: "ok", tpotMs: 10 }, w.url);
     clock.advance(1000);
@@ -176,5 +179,38 @@ describe("AdaptiveCapacity with one controller per worker", () => {
     clock.advance(1000);
     adaptive.closeWindow();
     assert.deepEqual([a!.adaptiveLimit!, b!.adaptiveLimit!], after, "an idle limit does not grow");
+  });
+
+  test("requests let in at once pass through the queue without making an idle limit grow", () => {
+    const { adaptive, workers, window, clock } = setup();
+    for (let i = 0; i < 60; i++) window((_, c) => kneeAt(8)(c));
+    for (const w of workers) w.inflight = 0;
+    clock.advance(1000);
+    adaptive.closeWindow();
+    const before = workers.map((w) => w.adaptiveLimit!);
+    // Windows of light load at the baseline's latency: each request enters the queue, is admitted
+    // at once (in flight, then out of the queue, as the gateway and the simulator do), runs one
+    // at a time on worker a, and is released before the next arrives.
+    for (let win = 0; win < 5; win++) {
+      for (let r = 0; r < 20; r++) {
+        adaptive.queued(1);
+        adaptive.inflight(1);
+        adaptive.queued(-1);
+        workers[0]!.inflight = 1;
+        adaptive.dispatched(workers[0]!.url);
+        adaptive.sample({ kind: "ok", tpotMs: 10 }, workers[0]!.url);
+        workers[0]!.inflight = 0;
+        adaptive.inflight(-1);
+      }
+      for (let k = 0; k < 20; k++) adaptive.sample({ kind: "ok", tpotMs: 10 }, workers[1]!.url);
+      clock.advance(1000);
+      adaptive.closeWindow();
+    }
+    assert.deepEqual(
+      workers.map((w) => w.adaptiveLimit!),
+      before,
+      "no window had queued work or an in-flight peak near a limit",
+    );
+    assert.equal(adaptive.snapshot().queued, 0);
   });
 });
