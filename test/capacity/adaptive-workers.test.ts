@@ -1,7 +1,8 @@
 /**
  * AdaptiveCapacity with a worker list: one controller per worker, the pool's capacity their sum
  * (clamped to the bounds), each worker's limit written where routing reads it, and a pin that
- * lifts them. Fake workers and a ManualClock: every window is closed by hand.
+ * lifts them; and the pool-wide controller's idle rule. Fake workers and a ManualClock: every
+ * window is closed by hand.
  */
 import assert from "node:assert/strict";
 import { describe, test } from "node:test";
@@ -212,5 +213,74 @@ describe("AdaptiveCapacity with one controller per worker", () => {
       "no window had queued work or an in-flight peak near a limit",
     );
     assert.equal(adaptive.snapshot().queued, 0);
+  });
+});
+
+describe("AdaptiveCapacity with one controller for the pool", () => {
+  test("requests let in at once do not make an idle limit grow; requests that wait do", () => {
+    const clock = new ManualClock(0);
+    const discovered: CapacitySource = { capacity: 64, subscribe: () => () => {} };
+    const adaptive = new AdaptiveCapacity(discovered, { tpotSloMs: 20 }, clock);
+    let inflight = 0;
+    /** One window at `level` in flight (admitted one by one, at once) and TPOT `tpot(level)`. */
+    const window = (level: number, tpot: (c: number) => number) => {
+      while (inflight < level) {
+        adaptive.queued(1);
+        adaptive.inflight(1);
+        adaptive.queued(-1);
+        adaptive.dispatched();
+        inflight++;
+      }
+      for (let k = 0; k < 20; k++) adaptive.sample({ kind: "ok", tpotMs: tpot(inflight) });
+      clock.advance(1000);
+      adaptive.closeWindow();
+    };
+    const knee8 = kneeAt(8);
+    for (let i = 0; i < 60; i++) {
+      // Each window runs at the limit: the requests above it have ended.
+      while (inflight > adaptive.capacity) {
+        adaptive.inflight(-1);
+        inflight--;
+      }
+      window(adaptive.capacity, knee8);
+    }
+    // The last window at the limit ends (its close started the next window from that level).
+    while (inflight > 0) {
+      adaptive.inflight(-1);
+      inflight--;
+    }
+    window(0, () => 10);
+    const settled = adaptive.capacity;
+    assert.ok(settled < 16, `settled near the knee of 8: ${settled}`);
+
+    // Light load: 4 in flight, each request released and replaced at once, latency at the baseline.
+    for (let w = 0; w < 5; w++) {
+      for (let r = 0; r < 20; r++) {
+        adaptive.queued(1);
+        adaptive.inflight(1);
+        adaptive.queued(-1);
+        adaptive.inflight(-1);
+      }
+      window(4, () => 10);
+      while (inflight > 0) {
+        adaptive.inflight(-1);
+        inflight--;
+      }
+    }
+    assert.equal(adaptive.capacity, settled, "an idle limit does not grow");
+
+    // The same windows with a request still waiting when a slot is released: the limit binds.
+    for (let w = 0; w < 3; w++) {
+      adaptive.queued(1);
+      adaptive.inflight(1);
+      adaptive.inflight(-1);
+      adaptive.queued(-1);
+      window(4, () => 10);
+      while (inflight > 0) {
+        adaptive.inflight(-1);
+        inflight--;
+      }
+    }
+    assert.ok(adaptive.capacity > settled, `work that waited grows it: ${settled} -> ${adaptive.capacity}`);
   });
 });
