@@ -60,8 +60,10 @@
  *    max_running_requests) clamped to the bounds, and only probe steps, overload and SLO rules
  *    apply until the first probe ends (stepping from the in-flight peak, a cold start also finds
  *    an overload when demand sits under the discovered capacity; an idle pool pays one window);
- *  - when the baseline looks stale ("probing"): probeAfterDecreases latency decreases in a row
- *    (the latency does not come down: is it load?), TPOT ratio < 1 / decreaseAbove while in use
+ *  - when the baseline looks stale ("probing"): probeAfterDecreases latency decreases without an
+ *    increase between them (the latency does not come down: is it load? Such a probe runs in an
+ *    overload, so its steps, like a cold start's, are judged only by samples measured wholly after
+ *    they took effect), TPOT ratio < 1 / decreaseAbove while in use
  *    (the baseline is too high), every probeIntervalMs, or on `recalibrate()`. A re-probe starts
  *    only in an in-use window with a TPOT signal, no error and no SLO breach, and gives up (the old
  *    baselines stay) at a window that is not so.
@@ -551,7 +553,10 @@ export class AdaptiveLimit {
   /** How many probeSteps the next probe step takes (1, 2 or 4): it doubles while steps cost nothing. */
   private probeDepth = 1;
   private nextProbeAt: number;
+  /** Latency decreases since the last increase (holds do not reset it). */
   private consecutiveDecreases = 0;
+  /** The running probe was started by probeAfterDecreases: its steps wait for fresh samples. */
+  private freshProbe = false;
   /** The last window increased with latency well under the reference: the next increase is doubled. */
   private boostNext = false;
 
@@ -712,11 +717,12 @@ export class AdaptiveLimit {
 
     const cold = this.phase === "calibrating";
     const decision = this.phase !== "tracking" ? this.probeWindow(w) : this.track(w);
-    if (this.current < limit && cold) {
-      // A cold start's step is judged by samples measured wholly at the new concurrency: far past
-      // the knee an answer takes many windows, and one that began at the old concurrency would
-      // read the step as worthless (the probe would stop and undo it, locking in the overload).
-      // What the stores carry over was measured above the new limit.
+    if (this.current < limit && (cold || (this.phase === "probing" && this.freshProbe))) {
+      // A cold start's step (and a re-probe's after probeAfterDecreases) is judged by samples
+      // measured wholly at the new concurrency: far past the knee an answer takes many windows,
+      // and one that began at the old concurrency would read the step as worthless (the probe
+      // would stop and undo it, locking in the overload). What the stores carry over was
+      // measured above the new limit.
       this.settling = true;
       for (const store of this.allStores) store.reset();
     }
@@ -796,15 +802,19 @@ export class AdaptiveLimit {
     if (ratio !== undefined) this.lastRatio = ratio;
 
     // A re-probe, when due and this window can start one: in use, a TPOT signal, no error, no breach.
+    const stuck = o.probeAfterDecreases > 0 && this.consecutiveDecreases >= o.probeAfterDecreases;
     if (
       (o.probeIntervalMs > 0 && w.now >= this.nextProbeAt) ||
-      (o.probeAfterDecreases > 0 && this.consecutiveDecreases >= o.probeAfterDecreases) ||
+      stuck ||
       (rawTpotRatio !== undefined && rawTpotRatio < 1 / o.decreaseAbove && w.inUse)
     ) {
       this.probeWanted = true;
     }
     if (this.probeWanted && w.inUse && w.tpotP90 !== undefined && w.overloads === 0 && !w.sloBreach) {
       this.probeWanted = false;
+      // A probe that asks "is it load?" runs in an overload, where answers are long: like a cold
+      // start's, its steps are judged only by samples measured wholly after they took effect.
+      this.freshProbe = stuck;
       this.consecutiveDecreases = 0;
       this.phase = "probing";
       return this.probeWindow(w);
@@ -837,7 +847,12 @@ export class AdaptiveLimit {
     } else {
       decision = "hold";
     }
-    this.consecutiveDecreases = decision === "decrease" ? this.consecutiveDecreases + 1 : 0;
+    // "In a row" means without an increase between them. Holds do not break the run: with answers
+    // many windows long most windows carry no signal, and a baseline absorbing an overload (60 s
+    // half-life up) soon reads it in the dead band; either used to stop the count short of the
+    // re-probe and leave the limit far past the knee until the periodic one.
+    if (decision === "decrease") this.consecutiveDecreases++;
+    else if (decision === "increase") this.consecutiveDecreases = 0;
     if (decision !== "increase") this.boostNext = false;
 
     if (!this.frozen) {

@@ -731,7 +731,11 @@ describe("AdaptiveLimit: a cold start far past the knee, answers many windows lo
    * (64 -> 57) drains only when the first answers end, and the other answers that began at 64
    * end in the windows right after: their samples describe the old concurrency.
    */
-  function streams(life: number, windows: number): number[] {
+  function streams(
+    life: number | ((w: number) => number),
+    windows: number,
+    clients: (w: number) => number = () => 64,
+  ): number[] {
     const clock = new ManualClock();
     const ctl = new AdaptiveLimit({ ...BOUNDS, initialCapacity: 128, ttftFloorMs: 0 }, clock);
     const model = worker();
@@ -740,10 +744,16 @@ describe("AdaptiveLimit: a cold start far past the knee, answers many windows lo
     let started = 0;
     const limits: number[] = [];
     for (let w = 0; w < windows; w++) {
-      while (running.length < ctl.limit && running.length < 64) {
-        running.push({ age: 0, sum: 0, marked: 0, life: life + (started++ % 3) });
+      const n = clients(w);
+      while (running.length < ctl.limit && running.length < n) {
+        running.push({
+          age: 0,
+          sum: 0,
+          marked: 0,
+          life: (typeof life === "number" ? life : life(w)) + (started++ % 3),
+        });
       }
-      ctl.sampleUsage(running.length, 100);
+      ctl.sampleUsage(running.length, n - running.length);
       const f = loadFactor(model, running.length);
       for (const req of running) {
         req.sum += BASE_TPOT * f * (0.95 + 0.1 * r());
@@ -774,6 +784,28 @@ describe("AdaptiveLimit: a cold start far past the knee, answers many windows lo
       limits.slice(20).every((l) => l < 64),
       "never back at the discovered capacity",
     );
+  });
+
+  test("a quiet start, then the flood: decreases without an increase between them start a probe that finds the knee", (t) => {
+    // 4 clients with answers of 1-3 windows for 30 windows (the cold start undoes its step: 128
+    // stays), then 64 with answers of 17-19 windows (at 4x the knee). Most windows
+    // of the flood carry no signal, and the baseline absorbs part of the overload: before,
+    // neither stopped the count of decreases, the re-probe came only with the 5-minute one, and
+    // its step, judged by answers begun at the old level, read as a loss: 38-42 in flight for
+    // good over real HTTP (a worker with its knee at 16, TPOT 17x the quiet one).
+    const limits = streams(
+      (w) => (w < 30 ? 1 : 17),
+      400,
+      (w) => (w < 30 ? 4 : 64),
+    );
+    assert.equal(limits[29], 128, "quiet: the limit is the discovered capacity");
+    const flood = limits.slice(30);
+    const reached = windowsToBand(flood);
+    t.diagnostic(
+      `in band ${reached} windows into the flood; then ${range(flood.slice(reached - 1)).join("..")}`,
+    );
+    assert.ok(reached <= 150, `converged ${reached} windows into the flood`);
+    assert.ok(flood.slice(reached - 1).every(inBand), `range ${range(flood.slice(reached - 1))}`);
   });
 });
 
