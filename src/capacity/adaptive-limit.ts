@@ -37,7 +37,9 @@
  *
  * Baselines follow the window p90s as an EMA over elapsed clock time: down with half-life
  * baselineDownHalfLifeMs, up with baselineHalfLifeMs. They freeze in overload and SLO windows, so a
- * long incident above an SLO never becomes the new normal (and the TPOT baseline stays <= the SLO).
+ * long incident above an SLO never becomes the new normal (and the TPOT baseline stays <= the SLO),
+ * and in decrease windows, so an overload is not absorbed before the probe after
+ * probeAfterDecreases tells load from a slower worker (a slower worker becomes the baseline there).
  *
  * Probes. A baseline measured at an overloaded operating point hides that overload for good, and
  * one that absorbs the controller's own increases drifts up; only a lower concurrency can tell. A
@@ -855,7 +857,10 @@ export class AdaptiveLimit {
     else if (decision === "increase") this.consecutiveDecreases = 0;
     if (decision !== "increase") this.boostNext = false;
 
-    if (!this.frozen) {
+    // A window the law read as overload (decrease) is not followed either: a baseline that
+    // absorbed it would soon read the overload as normal (the dead band, then increases) before
+    // probeAfterDecreases asks whether it is load. The probe, not the drift, decides that.
+    if (!this.frozen && decision !== "decrease") {
       this.follow(this.tpot, w.tpotP90, w.now);
       for (let i = 0; i < BUCKETS; i++) this.follow(this.ttft[i]!, w.bucketP90[i], w.now);
     }

@@ -310,6 +310,29 @@ describe("AdaptiveLimit: worker slowdown", () => {
     assert.ok(after.every(inBand), `after: ${range(after)}`);
   });
 
+  test("without an SLO, the windows the law reads as overload do not move the baseline; the probe after them does", () => {
+    const sim = new Sim();
+    sim.run(200);
+    const before = sim.ctl.snapshot().tpotBaselineMs!;
+    sim.model.slowdown = 3;
+    const seen: Array<{ decision: AdaptiveDecision | undefined; baseline: number; phase: string }> = [];
+    for (let w = 0; w < 4; w++) {
+      const decision = sim.window();
+      const s = sim.ctl.snapshot();
+      seen.push({ decision, baseline: s.tpotBaselineMs!, phase: s.phase });
+    }
+    assert.deepEqual(
+      seen.map((x) => x.decision),
+      ["decrease", "decrease", "decrease", "decrease"],
+      "3x latency: a decrease a window",
+    );
+    for (const x of seen) assert.equal(x.baseline, before, "the baseline does not absorb them");
+    // The fifth decrease asks "is it load?": a probe, whose end makes the slowdown the baseline.
+    sim.run(20);
+    assert.ok(sim.ctl.snapshot().probes >= 2, "a re-probe ran");
+    assert.ok(sim.ctl.snapshot().tpotBaselineMs! > 2.5 * before, "the slower worker is the new normal");
+  });
+
   test("with an SLO, a 30-minute incident above it shrinks the limit and freezes the baseline; after it, back to the knee", (t) => {
     const slo = 1.4 * BASE_TPOT; // above the healthy p90, below the slowed one
     const sim = new Sim({ tpotSloMs: slo, minCapacity: 2 });
