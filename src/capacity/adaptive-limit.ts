@@ -818,6 +818,7 @@ export class AdaptiveLimit {
       // start's, its steps are judged only by samples measured wholly after they took effect.
       this.freshProbe = stuck;
       this.consecutiveDecreases = 0;
+      this.boostNext = false; // the window before the next increase will be the probe's
       this.phase = "probing";
       return this.probeWindow(w);
     }
