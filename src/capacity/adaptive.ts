@@ -110,7 +110,7 @@ export class AdaptiveCapacity implements CapacitySource, CapacityFeedback {
   private readonly notifier = new CapacityNotifier();
   private inflightNow = 0;
   private queuedNow = 0;
-  /** The admission queue's peak since the last window closed (it started at queuedNow). */
+  /** The admission queue's peak since the last window closed, read at releases (it started at queuedNow). */
   private queuedPeak = 0;
   private readonly windows: Periodic;
   private readonly controllers = new Map<string, Controlled>();

@@ -235,20 +235,21 @@ describe("AdaptiveCapacity with one controller for the pool", () => {
       clock.advance(1000);
       adaptive.closeWindow();
     };
-    const knee8 = kneeAt(8);
-    for (let i = 0; i < 60; i++) {
-      // Each window runs at the limit: the requests above it have ended.
-      while (inflight > adaptive.capacity) {
+    /** Requests end until `level` are left in flight. */
+    const releaseTo = (level: number) => {
+      while (inflight > level) {
         adaptive.inflight(-1);
         inflight--;
       }
+    };
+    const knee8 = kneeAt(8);
+    for (let i = 0; i < 60; i++) {
+      // Each window runs at the limit: the requests above it have ended.
+      releaseTo(adaptive.capacity);
       window(adaptive.capacity, knee8);
     }
     // The last window at the limit ends (its close started the next window from that level).
-    while (inflight > 0) {
-      adaptive.inflight(-1);
-      inflight--;
-    }
+    releaseTo(0);
     window(0, () => 10);
     const settled = adaptive.capacity;
     assert.ok(settled < 16, `settled near the knee of 8: ${settled}`);
@@ -262,10 +263,7 @@ describe("AdaptiveCapacity with one controller for the pool", () => {
         adaptive.inflight(-1);
       }
       window(4, () => 10);
-      while (inflight > 0) {
-        adaptive.inflight(-1);
-        inflight--;
-      }
+      releaseTo(0);
     }
     assert.equal(adaptive.capacity, settled, "an idle limit does not grow");
 
@@ -276,10 +274,7 @@ describe("AdaptiveCapacity with one controller for the pool", () => {
       adaptive.inflight(-1);
       adaptive.queued(-1);
       window(4, () => 10);
-      while (inflight > 0) {
-        adaptive.inflight(-1);
-        inflight--;
-      }
+      releaseTo(0);
     }
     assert.ok(adaptive.capacity > settled, `work that waited grows it: ${settled} -> ${adaptive.capacity}`);
   });
