@@ -35,6 +35,16 @@
  *  5. hold: the dead band increaseBelow < ratio <= decreaseAbove, an idle limit, or no signal.
  * Every decrease takes at least 1; the result is clamped to [minCapacity, maxCapacity].
  *
+ * Breach ceiling. A worker overload, or an SLO missed by more than breachMargin (p90 > (1 +
+ * breachMargin) x the ceiling: not noise at the edge), marks the concurrency that ran: for
+ * breachHoldMs no increase goes past one under it. The same level or a lower one breaching again
+ * within 2 x breachHoldMs of the hold's end doubles the hold, up to breachHoldMaxMs. Past a knee the
+ * steps are coarse (one more request can take TPOT from under the SLO to well over it), and rule 4
+ * alone climbs back into the breach as soon as rule 2 has cut: a sawtooth with one window in two
+ * over the SLO. A TPOT baseline fallen under 1 / increaseBelow of the one at the mark (an incident
+ * over, another model) drops the ceiling, and so does a window run at or above its level within
+ * the SLOs (a limit held at the floor through an incident that has ended).
+ *
  * Baselines follow the window p90s as an EMA over elapsed clock time: down with half-life
  * baselineDownHalfLifeMs, up with baselineHalfLifeMs. They freeze in overload and SLO windows, so a
  * long incident above an SLO never becomes the new normal (and the TPOT baseline stays <= the SLO),
@@ -114,6 +124,12 @@
  *                                                                noise cannot ratchet the limit up)
  *   sloFarAbove            adaptive_slo_far_above                2 (p90 past 2x a ceiling: the cut is
  *                                                                proportional, up to half; >= 1)
+ *   breachHoldMs           adaptive_breach_hold_ms               30000 (a breached level binds
+ *                                                                increases this long; 0: never)
+ *   breachHoldMaxMs        adaptive_breach_hold_max_ms           300000 (the doubled hold's cap;
+ *                                                                >= breachHoldMs)
+ *   breachMargin           adaptive_breach_margin                0.1 (an SLO breach marks its level
+ *                                                                when p90 > 1.1 x the SLO; >= 0)
  */
 import type { Clock } from "../core/clock.js";
 import { ConfigError } from "../core/errors.js";
@@ -188,6 +204,9 @@ export interface AdaptiveTuning {
   sloReferenceCap: number;
   sloMinDecrease: number;
   sloFarAbove: number;
+  breachHoldMs: number;
+  breachHoldMaxMs: number;
+  breachMargin: number;
 }
 
 export interface AdaptiveLimitOptions extends Partial<AdaptiveTuning> {
@@ -232,6 +251,9 @@ export const ADAPTIVE_LIMIT_DEFAULTS: Readonly<AdaptiveTuning> = Object.freeze({
   sloReferenceCap: 1.5,
   sloMinDecrease: 0.1,
   sloFarAbove: 2,
+  breachHoldMs: 30_000,
+  breachHoldMaxMs: 300_000,
+  breachMargin: 0.1,
 });
 
 /** The YAML key each option is read from; validation errors name these. */
@@ -263,6 +285,9 @@ export const ADAPTIVE_LIMIT_KEYS = Object.freeze({
   sloReferenceCap: "adaptive_slo_reference_cap",
   sloMinDecrease: "adaptive_slo_min_decrease",
   sloFarAbove: "adaptive_slo_far_above",
+  breachHoldMs: "adaptive_breach_hold_ms",
+  breachHoldMaxMs: "adaptive_breach_hold_max_ms",
+  breachMargin: "adaptive_breach_margin",
 } as const satisfies Record<keyof ResolvedAdaptiveLimitOptions, string>);
 
 /** Largest sampleCap accepted (7 stores of 8-byte samples: 3.5 MiB per controller at most). */
@@ -372,6 +397,14 @@ export function resolveAdaptiveLimitOptions(options: AdaptiveLimitOptions): Reso
       `must be >= 0 and < 1 - ${K.probeStep} (${Number((1 - probeStep).toFixed(6))})`,
     );
   }
+  const breachHoldMs = atLeastZero(pick("breachHoldMs"), K.breachHoldMs);
+  const breachHoldMaxMs = atLeastZero(pick("breachHoldMaxMs"), K.breachHoldMaxMs);
+  if (breachHoldMaxMs < breachHoldMs) {
+    throw new ConfigError(
+      K.breachHoldMaxMs,
+      `must be >= ${K.breachHoldMs} (${breachHoldMaxMs} < ${breachHoldMs})`,
+    );
+  }
   return {
     minCapacity,
     maxCapacity,
@@ -400,6 +433,9 @@ export function resolveAdaptiveLimitOptions(options: AdaptiveLimitOptions): Reso
     sloReferenceCap: atLeastOne(pick("sloReferenceCap"), K.sloReferenceCap),
     sloMinDecrease: share(pick("sloMinDecrease"), K.sloMinDecrease),
     sloFarAbove: atLeastOne(pick("sloFarAbove"), K.sloFarAbove),
+    breachHoldMs,
+    breachHoldMaxMs,
+    breachMargin: atLeastZero(pick("breachMargin"), K.breachMargin),
   };
 }
 
@@ -496,6 +532,10 @@ export interface AdaptiveLimitSnapshot {
   invalidSamples: number;
   /** `ok` samples whose measurement began before a cold-start probe step took effect, dropped. */
   staleSamples: number;
+  /** The level that last breached while increases stay under it (the breach ceiling), else null. */
+  breachCeiling: number | null;
+  /** Windows whose increase the breach ceiling held back. */
+  ceilingHolds: number;
 }
 
 const BUCKETS = TTFT_BUCKET_BOUNDS.length + 1;
@@ -561,6 +601,14 @@ export class AdaptiveLimit {
   private freshProbe = false;
   /** The last window increased with latency well under the reference: the next increase is doubled. */
   private boostNext = false;
+  /**
+   * The last level that breached (markBreach): increases stay under it until `until`. `baseline`
+   * is the TPOT baseline when it was marked.
+   */
+  private ceiling:
+    | { level: number; until: number; holdMs: number; baseline: number | undefined }
+    | undefined = undefined;
+  private ceilingHolds = 0;
 
   private lastDecision: AdaptiveDecision = "hold";
   private lastRatio: number | undefined = undefined;
@@ -732,6 +780,7 @@ export class AdaptiveLimit {
   }
 
   snapshot(): AdaptiveLimitSnapshot {
+    const now = this.clock.now();
     let stored = 0;
     for (const store of this.allStores) stored += store.size;
     return {
@@ -758,6 +807,8 @@ export class AdaptiveLimit {
       storedSamples: stored,
       invalidSamples: this.invalidSamples,
       staleSamples: this.staleSamples,
+      breachCeiling: this.ceiling !== undefined && now < this.ceiling.until ? this.ceiling.level : null,
+      ceilingHolds: this.ceilingHolds,
     };
   }
 
@@ -828,6 +879,19 @@ export class AdaptiveLimit {
     // limit above it would take several steps before it binds at all.
     const ran = w.peak > 0 ? Math.min(w.limit, w.peak) : w.limit;
     let decision: AdaptiveDecision;
+    // A worker's overload, or an SLO missed by more than breachMargin (not noise at the edge),
+    // marks the level that ran: increases stop under it for a while (the ceiling).
+    if (w.overloads > 0 || w.sloGradient * (1 + o.breachMargin) < 1) this.markBreach(ran, w.now);
+    else if (
+      this.ceiling !== undefined &&
+      ran >= this.ceiling.level &&
+      !w.sloBreach &&
+      w.tpotP90 !== undefined
+    ) {
+      // The level runs within the SLOs now (pinned at the floor through an incident that is over,
+      // or tried again after its hold): the ceiling is history.
+      this.ceiling = undefined;
+    }
     if (w.overloads > 0) {
       decision = this.shrink(ran * o.overloadFactor, "overload");
     } else if (w.sloBreach) {
@@ -845,8 +909,15 @@ export class AdaptiveLimit {
       // climbing back after an incident (latency far under its baseline) is not held to 5% a
       // window, while one near its knee (ratio in 1/increaseBelow .. increaseBelow) still is.
       const k = this.boostNext ? 2 : 1;
-      decision = this.grow(w.limit + Math.max(k, Math.floor(w.limit * o.increaseStep * k)));
-      this.boostNext = ratio <= 1 / o.increaseBelow;
+      const wanted = w.limit + Math.max(k, Math.floor(w.limit * o.increaseStep * k));
+      const cap = this.ceilingCap(w.now);
+      if (cap > w.limit) {
+        decision = this.grow(Math.min(wanted, cap));
+        this.boostNext = ratio <= 1 / o.increaseBelow;
+      } else {
+        this.ceilingHolds++;
+        decision = "hold";
+      }
     } else {
       decision = "hold";
     }
@@ -934,6 +1005,42 @@ export class AdaptiveLimit {
     }
     if (point !== undefined && point.limit > w.limit) return this.grow(point.limit, true);
     return "hold";
+  }
+
+  /**
+   * A breach at concurrency `ran` (an overload, or an SLO missed by more than breachMargin): that
+   * level becomes the ceiling, and increases stop one under it for breachHoldMs. The same level
+   * (or a lower one) breaching again soon after the hold ended doubles the hold, up to
+   * breachHoldMaxMs: the level is tried again less and less often, so a limit whose next step
+   * crosses the SLO (coarse steps past a knee) does not saw between the two for good.
+   */
+  private markBreach(ran: number, now: number): void {
+    const o = this.options;
+    if (o.breachHoldMs <= 0) return;
+    const c = this.ceiling;
+    const again = c !== undefined && ran <= c.level && now - c.until <= 2 * o.breachHoldMs;
+    const holdMs = !again
+      ? o.breachHoldMs
+      : now >= c.until
+        ? Math.min(o.breachHoldMaxMs, c.holdMs * 2)
+        : c.holdMs;
+    this.ceiling = { level: ran, until: now + holdMs, holdMs, baseline: this.tpot.baseline };
+  }
+
+  /**
+   * The highest limit an increase may reach now: one under the ceiling while it holds. A TPOT
+   * baseline fallen well under (1 / increaseBelow) the one the ceiling was marked at means other
+   * conditions (an incident over, shorter answers): the ceiling is dropped.
+   */
+  private ceilingCap(now: number): number {
+    const c = this.ceiling;
+    if (c === undefined || now >= c.until) return Number.POSITIVE_INFINITY;
+    const base = this.tpot.baseline;
+    if (c.baseline !== undefined && base !== undefined && base * this.options.increaseBelow < c.baseline) {
+      this.ceiling = undefined;
+      return Number.POSITIVE_INFINITY;
+    }
+    return c.level - 1;
   }
 
   /** The store's p90 when it holds >= minSamples (then it is reset); else carries it over. */

@@ -87,6 +87,8 @@ export interface AdaptiveWorkerSnapshot {
   tpotBaselineMs: number | null;
   ratio: number | null;
   lastDecision: AdaptiveDecision;
+  /** The level this worker last breached at, while its increases stay under it; else null. */
+  breachCeiling: number | null;
 }
 
 export type AdaptiveCapacitySnapshot = AdaptiveLimitSnapshot & {
@@ -276,7 +278,8 @@ export class AdaptiveCapacity implements CapacitySource, CapacityFeedback {
         | "probeSteps"
         | "storedSamples"
         | "invalidSamples"
-        | "staleSamples",
+        | "staleSamples"
+        | "ceilingHolds",
     ) => snaps.reduce((s, x) => s + x[k], 0);
     const phase: AdaptivePhase = snaps.some((s) => s.phase === "calibrating")
       ? "calibrating"
@@ -300,6 +303,9 @@ export class AdaptiveCapacity implements CapacitySource, CapacityFeedback {
       storedSamples: sumOf("storedSamples"),
       invalidSamples: sumOf("invalidSamples"),
       staleSamples: sumOf("staleSamples"),
+      ceilingHolds: sumOf("ceilingHolds"),
+      // A level is one controller's: per worker it is in `workers`.
+      breachCeiling: this.listWorkers === undefined ? head.breachCeiling : null,
       bound: this.current <= this.minCapacity ? "min" : this.current >= this.maxCapacity ? "max" : head.bound,
       capacity,
       inflight: this.inflightNow,
@@ -318,6 +324,7 @@ export class AdaptiveCapacity implements CapacitySource, CapacityFeedback {
                 tpotBaselineMs: snaps[i]!.tpotBaselineMs,
                 ratio: snaps[i]!.ratio,
                 lastDecision: snaps[i]!.lastDecision,
+                breachCeiling: snaps[i]!.breachCeiling,
               },
             ],
       ),

@@ -119,6 +119,8 @@ export interface ControllerReport {
   decreases: number;
   overload_decreases: number;
   slo_decreases: number;
+  /** Windows whose increase a breach ceiling held back. */
+  ceiling_holds: number;
   probes: number;
   probe_steps: number;
 }
@@ -549,6 +551,7 @@ function controllerReport(snap: AdaptiveLimitSnapshot | undefined): ControllerRe
     decreases: snap.decreases,
     overload_decreases: snap.overloadDecreases,
     slo_decreases: snap.sloDecreases,
+    ceiling_holds: snap.ceilingHolds,
     probes: snap.probes,
     probe_steps: snap.probeSteps,
   };

@@ -250,6 +250,78 @@ describe("AdaptiveLimit: TPOT under an SLO", () => {
   });
 });
 
+describe("AdaptiveLimit: the breach ceiling", () => {
+  // Coarse steps past a knee: 20 ms at 8 in flight, 27 ms at 9 (the next step crosses a 24 ms SLO
+  // by 12.5%). At 8 the latency is under the SLO's reference, so the law climbs back to 9 as soon
+  // as a breach has cut it.
+  const coarse = () => worker({ knee: 8, slope: 0.35 });
+  const settle = (options: Partial<AdaptiveLimitOptions>) => {
+    const sim = new Sim({ tpotSloMs: 24, ...options }, coarse());
+    sim.demand = 40;
+    sim.run(60);
+    return sim;
+  };
+
+  test("a level that breached by more than the margin is not tried again until its hold ends, and the hold doubles", (t) => {
+    const off = settle({ breachHoldMs: 0 }).run(600);
+    const sim = settle({});
+    const on = sim.run(600);
+    const atNine = (limits: number[]) => limits.filter((l) => l >= 9).length;
+    t.diagnostic(`windows at 9+ of 600: without ${atNine(off)}, with ${atNine(on)}`);
+    assert.ok(atNine(off) > 150, `without a ceiling the limit saws 8-9: ${off.slice(0, 40).join(" ")}`);
+    assert.ok(atNine(on) <= 12, `with it, 9 is tried now and then: ${on.join(" ")}`);
+    assert.ok(
+      on.every((l) => l >= 7),
+      "no lower than one step under the knee",
+    );
+    // The tries come further and further apart: 30 s, then 60, 120, 240, 300 (the max).
+    const tries = on.flatMap((l, i) => (l >= 9 && (on[i - 1] ?? 0) < 9 ? [i] : []));
+    const gaps = tries.slice(1).map((x, i) => x - tries[i]!);
+    t.diagnostic(`tries at ${tries.join(" ")}`);
+    assert.ok(gaps.length >= 2, `tried again: ${tries.join(" ")}`);
+    for (let i = 1; i < gaps.length; i++) assert.ok(gaps[i]! >= gaps[i - 1]!, `gaps grow: ${gaps.join(" ")}`);
+    assert.ok(
+      gaps.at(-1)! >= 120 && gaps.at(-1)! <= 320,
+      `up to adaptive_breach_hold_max_ms: ${gaps.join(" ")}`,
+    );
+    const snap = sim.ctl.snapshot();
+    assert.ok(snap.ceilingHolds > 100, `holds counted: ${snap.ceilingHolds}`);
+  });
+
+  test("a breach within the margin (noise at the edge) marks nothing", () => {
+    // 27 ms at 9 (a p90 of about 28 with the jitter) against a 26.5 ms SLO: 6% over, under
+    // adaptive_breach_margin (10%).
+    const sim = new Sim({ tpotSloMs: 26.5 }, coarse());
+    sim.demand = 40;
+    const limits = sim.run(300);
+    assert.equal(sim.ctl.snapshot().ceilingHolds, 0);
+    assert.ok(limits.slice(60).filter((l) => l >= 9).length > 50, "the law alone decides");
+  });
+
+  test("the snapshot shows the ceiling while it holds; a baseline well under the one it was marked at drops it", () => {
+    const sim = settle({ breachHoldMaxMs: 3_600_000 });
+    sim.run(400); // the hold has doubled to minutes
+    let snap = sim.ctl.snapshot();
+    if (snap.breachCeiling === null) {
+      // Between holds: run until the next try marks it again.
+      for (let i = 0; i < 400 && sim.ctl.snapshot().breachCeiling === null; i++) sim.window();
+      snap = sim.ctl.snapshot();
+    }
+    assert.equal(snap.breachCeiling, 9);
+    // The worker gets twice as fast (e.g. a shorter model): latency at 8 falls far under the
+    // baseline, the baseline follows it down, and the limit climbs past 9 at once (to its new
+    // edge, 27.5 ms at 13, which may become the next ceiling).
+    sim.model.baseTpotMs = BASE_TPOT / 2;
+    const after = sim.run(60);
+    const ceiling = sim.ctl.snapshot().breachCeiling;
+    assert.ok(ceiling === null || ceiling >= 12, `the old ceiling is gone: ${ceiling}`);
+    assert.ok(
+      after.slice(0, 30).some((l) => l >= 11),
+      `climbs past the old ceiling within 30 s: ${after.join(" ")}`,
+    );
+  });
+});
+
 describe("AdaptiveLimit: far above an SLO", () => {
   // Cold start at 256 with the knee at 16: TPOT is 121x its healthy 20 ms (2.4 s), 60x the SLO.
   const start = (options: Partial<AdaptiveLimitOptions>) => {
@@ -583,6 +655,13 @@ describe("AdaptiveLimit: bounds", () => {
       [{ sloReferenceCap: 0.9 }, "adaptive_slo_reference_cap", />= 1/],
       [{ sloMinDecrease: 1 }, "adaptive_slo_min_decrease", />= 0 and < 1/],
       [{ sloFarAbove: 0.5 }, "adaptive_slo_far_above", />= 1/],
+      [{ breachHoldMs: -1 }, "adaptive_breach_hold_ms", />= 0/],
+      [
+        { breachHoldMs: 60_000, breachHoldMaxMs: 30_000 },
+        "adaptive_breach_hold_max_ms",
+        />= adaptive_breach_hold_ms/,
+      ],
+      [{ breachMargin: -0.1 }, "adaptive_breach_margin", />= 0/],
     ];
     for (const [patch, key, message] of cases) {
       const err = configError(
