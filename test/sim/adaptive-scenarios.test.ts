@@ -37,7 +37,7 @@ function key(e: ExpectationResult): string {
  *   the windows and 92% of the goodput, so only a limit within a few percent of 80 meets both.
  * - slow worker: 90% of the knee before the slowdown, so the limit binds now and then and one of
  *   its 17 windows after convergence reads over 15 ms (94%); during the slowdown the pool's limit
- *   (190-223) leaves the ±20% band once, four minutes in.
+ *   (median 202) leaves the ±20% band for two seconds, seven minutes in.
  */
 const KNOWN_GAPS: Record<string, string[]> = {
   "adaptive-slow-worker": ["tpot_slo_attainment/interactive@before", "convergence_secs@slow"],
