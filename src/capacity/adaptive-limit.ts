@@ -936,6 +936,13 @@ export class AdaptiveLimit {
       this.follow(this.tpot, w.tpotP90, w.now);
       for (let i = 0; i < BUCKETS; i++) this.follow(this.ttft[i]!, w.bucketP90[i], w.now);
     }
+    // A TPOT baseline fallen well under (1 / increaseBelow) the one the ceiling was marked at
+    // means other conditions (an incident over, shorter answers): the ceiling is dropped.
+    const c = this.ceiling;
+    const base = this.tpot.baseline;
+    if (c?.baseline !== undefined && base !== undefined && base * o.increaseBelow < c.baseline) {
+      this.ceiling = undefined;
+    }
     return decision;
   }
 
@@ -1027,20 +1034,10 @@ export class AdaptiveLimit {
     this.ceiling = { level: ran, until: now + holdMs, holdMs, baseline: this.tpot.baseline };
   }
 
-  /**
-   * The highest limit an increase may reach now: one under the ceiling while it holds. A TPOT
-   * baseline fallen well under (1 / increaseBelow) the one the ceiling was marked at means other
-   * conditions (an incident over, shorter answers): the ceiling is dropped.
-   */
+  /** The highest limit an increase may reach now: one under the ceiling while it holds. */
   private ceilingCap(now: number): number {
     const c = this.ceiling;
-    if (c === undefined || now >= c.until) return Number.POSITIVE_INFINITY;
-    const base = this.tpot.baseline;
-    if (c.baseline !== undefined && base !== undefined && base * this.options.increaseBelow < c.baseline) {
-      this.ceiling = undefined;
-      return Number.POSITIVE_INFINITY;
-    }
-    return c.level - 1;
+    return c === undefined || now >= c.until ? Number.POSITIVE_INFINITY : c.level - 1;
   }
 
   /** The store's p90 when it holds >= minSamples (then it is reset); else carries it over. */
