@@ -76,6 +76,15 @@ export interface AdaptiveCounters {
   decrease: number;
 }
 
+/**
+ * The fewest tokens after a stream's last pace mark for its end to report a pace of its own (the
+ * gateway's lease and the simulator alike). Over a few tokens one miscounted reads as a pace far
+ * off: SSE events are not exactly tokens (a role chunk, a finish chunk), and a 4-token tail counted
+ * as 3 reads a third slow, in every stream at once when a closed loop runs in step. The marks
+ * covered the rest of the stream.
+ */
+export const PACE_MIN_TAIL_TOKENS = 16;
+
 /** One worker's controller, in the pool's snapshot. */
 export interface AdaptiveWorkerSnapshot {
   worker: string;

@@ -8,7 +8,7 @@
 import type { IncomingMessage, ServerResponse } from "node:http";
 import type { Logger } from "pino";
 import type { Dispatcher } from "undici";
-import type { CapacityFeedback } from "../capacity/adaptive.js";
+import { type CapacityFeedback, PACE_MIN_TAIL_TOKENS } from "../capacity/adaptive.js";
 import type { BudgetBook, BudgetHold, Usage } from "../core/budgets.js";
 import { AdmissionError } from "../core/errors.js";
 import type { CancelSignal } from "../core/signal.js";
@@ -448,8 +448,10 @@ export class Lease implements ExchangeOwner, CancelSignal {
       if (this.paceSamples === 0) {
         tpotMs = output >= 2 ? (endMs - firstMs) / (output - 1) : undefined;
       } else {
+        // Only a tail of PACE_MIN_TAIL_TOKENS or more: SSE events are not exactly tokens, and
+        // over a few tokens one miscounted reads as a pace far off.
         const rest = output - 1 - (this.paceEvents - this.firstEvents);
-        tpotMs = rest >= 1 ? (endMs - this.paceAtMs) / rest : undefined;
+        tpotMs = rest >= PACE_MIN_TAIL_TOKENS ? (endMs - this.paceAtMs) / rest : undefined;
       }
       feedback.sample({ kind: "ok", ttftMs: firstMs - dispatchedMs, promptTokens, tpotMs, spanMs }, worker);
     } else if (output >= 1) {

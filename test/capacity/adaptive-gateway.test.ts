@@ -6,6 +6,7 @@
  */
 import assert from "node:assert/strict";
 import { describe, test } from "node:test";
+import { PACE_MIN_TAIL_TOKENS } from "../../src/capacity/adaptive.js";
 import { ManualClock } from "../../src/core/clock.js";
 import type { MockWorker } from "../../src/mock-worker/index.js";
 import { type Fleet, metric, schedulerDoc, startFleet } from "../harness.js";
@@ -140,6 +141,40 @@ describe("adaptive capacity over HTTP", () => {
     for (const x of during) assert.ok(x.tpotMs! >= 20 && x.tpotMs! <= 50, `about 25 ms a token: ${detail}`);
     assert.equal(last.length, 1, `one sample at the end, with the TTFT: ${detail}`);
     assert.ok(last[0]!.tpotMs! >= 20 && last[0]!.tpotMs! <= 50, `the rest, about 25 ms a token: ${detail}`);
+  });
+
+  test("a stream whose last pace mark leaves a tail of a few tokens ends with its TTFT only", async (t) => {
+    // 54 tokens 100 ms apart: one mark at about 5 s (about 50 tokens), then a tail of about 3.
+    // Counted as usage tokens less SSE events, such a tail is off by one or two: a pace far off.
+    const fleet = await startFleet(t, {
+      workers: [{ maxRunningRequests: 8, ttftMs: 5, tokenDelayMs: 100, batchSlowdown: 0 }],
+      schedulerYaml: schedulerDoc({}),
+      gateway: { capacity: { mode: "adaptive", minCapacity: 1, tpotSloMs: 1000 } },
+    });
+    const adaptive = fleet.gateway.adaptive!;
+    const samples: Array<{
+      tpotMs: number | undefined;
+      ttftMs: number | undefined;
+      spanMs: number | undefined;
+    }> = [];
+    const sample = adaptive.sample.bind(adaptive);
+    adaptive.sample = (s, worker) => {
+      if (s.kind === "ok") samples.push({ tpotMs: s.tpotMs, ttftMs: s.ttftMs, spanMs: s.spanMs });
+      sample(s, worker);
+    };
+    const reply = await fleet.chat({ stream: true, max_tokens: 54 });
+    assert.equal(reply.status, 200);
+    const detail = JSON.stringify(samples);
+    const marks = samples.filter((x) => x.ttftMs === undefined);
+    const ends = samples.filter((x) => x.ttftMs !== undefined);
+    assert.equal(marks.length, 1, detail);
+    assert.equal(ends.length, 1, detail);
+    const marked = Math.round(marks[0]!.spanMs! / marks[0]!.tpotMs!); // tokens the mark covered
+    const rest = 54 - 1 - marked;
+    t.diagnostic(`the mark covered ${marked} tokens, the tail ${rest}`);
+    assert.ok(rest < PACE_MIN_TAIL_TOKENS, `a short tail: ${detail}`);
+    assert.equal(ends[0]!.tpotMs, undefined, `no pace from ${rest} tokens: ${detail}`);
+    assert.ok(ends[0]!.ttftMs! >= 0, detail);
   });
 
   test("with the scheduler off (legacy admission), the adaptive limit bounds admission just the same", async (t) => {
