@@ -36,7 +36,7 @@
  * Every decrease takes at least 1; the result is clamped to [minCapacity, maxCapacity].
  *
  * Breach ceiling. A worker overload, or an SLO missed by more than breachMargin (p90 > (1 +
- * breachMargin) x the ceiling: not noise at the edge), marks the concurrency that ran: for
+ * breachMargin) x the SLO: not noise at the edge), marks the concurrency that ran: for
  * breachHoldMs no increase goes past one under it. The same level or a lower one breaching again
  * within 2 x breachHoldMs of the hold's end doubles the hold, up to breachHoldMaxMs. Past a knee the
  * steps are coarse (one more request can take TPOT from under the SLO to well over it), and rule 4
