@@ -5,7 +5,7 @@
  * round of traffic, so the run takes seconds instead of the minutes it stands for.
  */
 import assert from "node:assert/strict";
-import { describe, test } from "node:test";
+import { describe, type TestContext, test } from "node:test";
 import { PACE_MIN_TAIL_TOKENS } from "../../src/capacity/adaptive.js";
 import { ManualClock } from "../../src/core/clock.js";
 import type { MockWorker } from "../../src/mock-worker/index.js";
@@ -32,6 +32,33 @@ function closedLoop(fleet: Fleet, clients: number) {
       await Promise.all(loops);
     },
   };
+}
+
+/** What adaptive capacity was fed: each `ok` sample, when it came (performance.now()). */
+interface FedSample {
+  at: number;
+  tpotMs: number | undefined;
+  ttftMs: number | undefined;
+  spanMs: number | undefined;
+}
+
+/** A fleet of one worker at `tokenDelayMs` a token, with every `ok` sample recorded as fed. */
+async function paceFleet(t: TestContext, tokenDelayMs: number) {
+  const fleet = await startFleet(t, {
+    workers: [{ maxRunningRequests: 8, ttftMs: 5, tokenDelayMs, batchSlowdown: 0 }],
+    schedulerYaml: schedulerDoc({}),
+    gateway: { capacity: { mode: "adaptive", minCapacity: 1, tpotSloMs: 1000 } },
+  });
+  const adaptive = fleet.gateway.adaptive!;
+  const samples: FedSample[] = [];
+  const sample = adaptive.sample.bind(adaptive);
+  adaptive.sample = (s, worker) => {
+    if (s.kind === "ok") {
+      samples.push({ at: performance.now(), tpotMs: s.tpotMs, ttftMs: s.ttftMs, spanMs: s.spanMs });
+    }
+    sample(s, worker);
+  };
+  return { fleet, adaptive, samples };
 }
 
 describe("adaptive capacity over HTTP", () => {
@@ -112,19 +139,8 @@ describe("adaptive capacity over HTTP", () => {
   });
 
   test("a stream longer than five windows reports its decode pace while it runs, and its end only the rest", async (t) => {
-    const fleet = await startFleet(t, {
-      workers: [{ maxRunningRequests: 8, ttftMs: 5, tokenDelayMs: 25, batchSlowdown: 0 }],
-      schedulerYaml: schedulerDoc({}),
-      gateway: { capacity: { mode: "adaptive", minCapacity: 1, tpotSloMs: 1000 } },
-    });
-    const adaptive = fleet.gateway.adaptive!;
+    const { fleet, adaptive, samples } = await paceFleet(t, 25);
     assert.equal(adaptive.paceIntervalMs, 5000);
-    const samples: Array<{ at: number; tpotMs: number | undefined; ttftMs: number | undefined }> = [];
-    const sample = adaptive.sample.bind(adaptive);
-    adaptive.sample = (s, worker) => {
-      if (s.kind === "ok") samples.push({ at: performance.now(), tpotMs: s.tpotMs, ttftMs: s.ttftMs });
-      sample(s, worker);
-    };
     const started = performance.now();
     // 280 tokens 25 ms apart: 7 s of decoding, one mark at about 5 s.
     const reply = await fleet.chat({ stream: true, max_tokens: 280 });
@@ -146,25 +162,10 @@ describe("adaptive capacity over HTTP", () => {
   test("a stream whose last pace mark leaves a tail of a few tokens ends with its TTFT only", async (t) => {
     // 54 tokens 100 ms apart: one mark at about 5 s (about 50 tokens), then a tail of about 3.
     // Counted as usage tokens less SSE events, such a tail is off by one or two: a pace far off.
-    const fleet = await startFleet(t, {
-      workers: [{ maxRunningRequests: 8, ttftMs: 5, tokenDelayMs: 100, batchSlowdown: 0 }],
-      schedulerYaml: schedulerDoc({}),
-      gateway: { capacity: { mode: "adaptive", minCapacity: 1, tpotSloMs: 1000 } },
-    });
-    const adaptive = fleet.gateway.adaptive!;
-    const samples: Array<{
-      tpotMs: number | undefined;
-      ttftMs: number | undefined;
-      spanMs: number | undefined;
-    }> = [];
-    const sample = adaptive.sample.bind(adaptive);
-    adaptive.sample = (s, worker) => {
-      if (s.kind === "ok") samples.push({ tpotMs: s.tpotMs, ttftMs: s.ttftMs, spanMs: s.spanMs });
-      sample(s, worker);
-    };
+    const { fleet, samples } = await paceFleet(t, 100);
     const reply = await fleet.chat({ stream: true, max_tokens: 54 });
     assert.equal(reply.status, 200);
-    const detail = JSON.stringify(samples);
+    const detail = JSON.stringify(samples.map(({ at: _, ...x }) => x));
     const marks = samples.filter((x) => x.ttftMs === undefined);
     const ends = samples.filter((x) => x.ttftMs !== undefined);
     assert.equal(marks.length, 1, detail);
