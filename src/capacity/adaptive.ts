@@ -186,6 +186,16 @@ export class AdaptiveCapacity implements CapacitySource, CapacityFeedback {
     return Math.min(this.current, this.discovered.capacity);
   }
 
+  /**
+   * The scheduler's reservations are sized at the fleet's size (what the healthy workers report,
+   * under adaptive_max_capacity) and scaled down with the limit: taken at the limit, the absolute
+   * floors (system 32, interactive 128 by default) would fill a limit near a knee of a few dozen
+   * and lock default and bulk out.
+   */
+  get reservedAt(): number {
+    return Math.max(this.capacity, Math.min(this.maxCapacity, this.discovered.capacity));
+  }
+
   subscribe(listener: (capacity: number) => void): void {
     this.notifier.subscribe(listener);
   }
@@ -416,7 +426,7 @@ export class AdaptiveCapacity implements CapacitySource, CapacityFeedback {
   private refresh(): void {
     this.sync();
     this.current = this.sum();
-    this.notifier.changed(this.capacity);
+    this.notifier.changed(this.capacity, this.reservedAt);
   }
 
   /**

@@ -9,11 +9,16 @@ export class PinnableCapacity implements CapacitySource {
   private pin: number | undefined;
 
   constructor(private readonly inner: CapacitySource) {
-    inner.subscribe(() => this.notifier.changed(this.capacity));
+    inner.subscribe(() => this.notifier.changed(this.capacity, this.reservedAt));
   }
 
   get capacity(): number {
     return this.pin ?? this.inner.capacity;
+  }
+
+  /** The source's, unpinned; a pin is the capacity the reservations are sized at, as always. */
+  get reservedAt(): number | undefined {
+    return this.pin === undefined ? this.inner.reservedAt : undefined;
   }
 
   /** The pinned value, if any. */
@@ -30,7 +35,7 @@ export class PinnableCapacity implements CapacitySource {
   setPin(capacity: number | undefined): void {
     this.pin = capacity;
     this.inner.overridden?.(capacity !== undefined);
-    this.notifier.changed(this.capacity);
+    this.notifier.changed(this.capacity, this.reservedAt);
   }
 
   subscribe(listener: (capacity: number) => void): void {

@@ -81,8 +81,14 @@ export interface Scheduler {
    * Same as `permit.settle(actualCost)`.
    */
   adjustCost(permit: Permit, actualCost: number): void;
-  /** Applies a live capacity; reservations are re-derived and waiters admitted as room appears. */
-  setCapacity(capacity: number): void;
+  /**
+   * Applies a live capacity; reservations are re-derived and waiters admitted as room appears.
+   * `reservedAt` (>= capacity; default the capacity itself) is the capacity the reservations are
+   * sized at: an adaptive limit under the fleet's size passes the fleet's size, and each class's
+   * reservation there is scaled by capacity / reservedAt (rounded down), so the classes keep their
+   * shares instead of the absolute floors filling a small limit.
+   */
+  setCapacity(capacity: number, reservedAt?: number): void;
   readonly capacity: number;
   /** Replaces tenant policies (e.g. on reload); queued waiters keep their class. */
   setTenantPolicies(
@@ -303,9 +309,12 @@ class PriorityScheduler implements Scheduler, PermitOwner {
     permit.settle(actualCost);
   }
 
-  setCapacity(capacity: number): void {
+  setCapacity(capacity: number, reservedAt = capacity): void {
     assertCapacity(capacity);
-    this.slots.setCapacity(capacity);
+    if (!(reservedAt >= 0) || !Number.isFinite(reservedAt)) {
+      throw new ConfigError("reservedAt", `must be a finite number >= 0, got ${reservedAt}`);
+    }
+    this.slots.setCapacity(capacity, reservedAt);
     this.dispatch();
   }
 

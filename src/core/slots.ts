@@ -4,6 +4,12 @@
  *
  * headroom(c) = capacity - total_inflight - sum over classes h above c of max(0, reserved_h - inflight_h):
  * only higher classes' unused reservations are held back, never a class's own.
+ *
+ * Reservations are derived at `reservedAt` (default: the capacity itself). An adaptive limit under
+ * the fleet's size passes the fleet's size there: the reservations are taken at that size and scaled
+ * down with the limit (rounded down), so each class keeps the share of slots it has at full size.
+ * Taken at the limit instead, the absolute floors (system 32, interactive 128 by default) would
+ * fill a limit of a few dozen and lock the lower classes out but for starvation promotions.
  */
 import { CLASS_COUNT, PRIORITY_CLASSES } from "./class.js";
 import { type ClassSettingsTable, requiredReservation } from "./config.js";
@@ -15,13 +21,14 @@ export class Slots {
   readonly inflight: number[] = [0, 0, 0, 0];
   /** Effective reservations after clamping to the live capacity. */
   readonly reserved: number[] = [0, 0, 0, 0];
-  /** Reservations the configuration asks for at the live capacity (before clamping). */
-  readonly required: number[] = [0, 0, 0, 0];
+  /** The capacity the reservations are derived at (>= capacity): see the file's comment. */
+  reservedAt: number;
   private settings: ClassSettingsTable;
 
   constructor(settings: ClassSettingsTable, capacity: number) {
     this.settings = settings;
     this.capacity = capacity;
+    this.reservedAt = capacity;
     this.recompute();
   }
 
@@ -38,8 +45,10 @@ export class Slots {
     if (sum > capacity) throw new ReservationsExceedCapacityError(sum, capacity, parts.join(", "));
   }
 
-  setCapacity(capacity: number): void {
+  /** `reservedAt` below `capacity` (or left out) means the capacity itself. */
+  setCapacity(capacity: number, reservedAt = capacity): void {
     this.capacity = capacity;
+    this.reservedAt = Math.max(capacity, reservedAt);
     this.recompute();
   }
 
@@ -49,17 +58,20 @@ export class Slots {
   }
 
   /**
-   * Re-derives reservations from the live capacity. When they do not fit, the highest classes
-   * are filled first (system, interactive, default, bulk), so a dip is absorbed by the lowest.
+   * Re-derives reservations at `reservedAt`. When they do not fit, the highest classes are filled
+   * first (system, interactive, default, bulk), so a dip is absorbed by the lowest. Under a
+   * smaller capacity each is then scaled by capacity / reservedAt, rounded down (the sum stays
+   * within the capacity).
    */
   private recompute(): void {
-    let remaining = this.capacity;
+    const at = this.reservedAt;
+    const scale = at > this.capacity ? this.capacity / at : 1;
+    let remaining = at;
     for (let rank = CLASS_COUNT - 1; rank >= 0; rank--) {
-      const want = requiredReservation(this.settings[PRIORITY_CLASSES[rank]!], this.capacity);
-      this.required[rank] = want;
+      const want = requiredReservation(this.settings[PRIORITY_CLASSES[rank]!], at);
       const got = Math.min(want, Math.max(0, remaining));
-      this.reserved[rank] = got;
       remaining -= got;
+      this.reserved[rank] = scale === 1 ? got : Math.floor(got * scale);
     }
   }
 

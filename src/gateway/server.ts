@@ -220,7 +220,9 @@ export async function startGateway(options: GatewayOptions, outcomes?: OutcomeSi
         logger: poolLogger,
         quiet: true,
       });
-      if (capacity.capacity !== admission.snapshot().capacity) admission.setCapacity(capacity.capacity);
+      if (capacity.capacity !== admission.snapshot().capacity || capacity.reservedAt !== undefined) {
+        admission.setCapacity(capacity.capacity, capacity.reservedAt);
+      }
     }
     const backend = admission;
     let shedding: LoadShedding | undefined;
@@ -236,7 +238,7 @@ export async function startGateway(options: GatewayOptions, outcomes?: OutcomeSi
       poolLogger.info({ capacity: c, previous: last, healthy: group.healthy.length }, "capacity changed");
       last = c;
       // The fleet-wide legacy limiter keeps the fleet's capacity for its snapshot.
-      if (backend !== sharedLegacy) backend.setCapacity(c);
+      if (backend !== sharedLegacy) backend.setCapacity(c, capacity.reservedAt);
       else sharedLegacy.setCapacity(fleetCapacity());
     });
     adaptive?.start();

@@ -35,7 +35,8 @@ export interface AdmissionPolicy {
   settled(): number;
   /** Reports a request's actual tokens (sluice corrects the tenant's fair-share counter). */
   adjustCost(ticket: SimTicket, actualTokens: number): void;
-  setCapacity(capacity: number): void;
+  /** `reservedAt`: the fleet's size under an adaptive limit (Scheduler.setCapacity). */
+  setCapacity(capacity: number, reservedAt?: number): void;
   /** Starvation promotions per class rank. */
   promotions(): number[];
   clamps(): number;
@@ -120,7 +121,7 @@ export function createPolicy(
     acquire: (r) => scheduler.acquire(r),
     settled: () => settled,
     adjustCost: (t, actual) => scheduler.adjustCost(t as Permit, actual),
-    setCapacity: (c) => scheduler.setCapacity(c),
+    setCapacity: (c, reservedAt) => scheduler.setCapacity(c, reservedAt),
     promotions() {
       const p = scheduler.counters().starvationPromotions;
       return [p.bulk, p.default, p.interactive, p.system];

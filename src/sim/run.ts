@@ -27,7 +27,7 @@ import { Periodic } from "../capacity/periodic.js";
 import { CapacityNotifier, type CapacitySource } from "../capacity/source.js";
 import { BudgetBook, type BudgetHold } from "../core/budgets.js";
 import { CLASS_COUNT, CLASS_RANK, classOfRank, type PriorityClass } from "../core/class.js";
-import { requiredReservation } from "../core/config.js";
+import { Slots } from "../core/slots.js";
 import { EventQueue, SimClock } from "./clock.js";
 import { FairnessGroup, type Window } from "./fairness.js";
 import { NO_POOL, OUTCOME_INDEX, type Outcome, RequestLog } from "./log.js";
@@ -105,6 +105,8 @@ interface Gate {
   readonly reported: CapacityNotifier;
   /** The capacity its policy has now. */
   liveCapacity: number;
+  /** The capacity the scheduler's reservations are sized at (adaptive: the fleet's size). */
+  reservedAt: number | undefined;
   /** Per class rank. */
   readonly inflight: number[];
   readonly queued: number[];
@@ -447,7 +449,7 @@ export async function runPolicy(
   let pin: number | undefined;
   const healthyCapacity = (ws: readonly Worker[]) =>
     ws.reduce((s, w) => s + (w.up ? w.profile.maxRunning : 0), 0);
-  const capacityOf = (gate: Omit<Gate, "policy" | "liveCapacity">) =>
+  const capacityOf = (gate: Omit<Gate, "policy" | "liveCapacity" | "reservedAt">) =>
     scenario.capacityPin ?? pin ?? gate.adaptive?.capacity ?? healthyCapacity(gate.workers);
   const buildGate = (ws: readonly Worker[], poolName: string | undefined): Gate => {
     // What the workers report (healthy ones only), as the gateway's discovered capacity source.
@@ -490,15 +492,22 @@ export async function runPolicy(
       ...parts,
       policy: createPolicy(policyName, scenario, start, clock, poolName),
       liveCapacity: start,
+      reservedAt: undefined,
     };
     adaptive?.subscribe(() => applyCapacity(gate));
+    applyCapacity(gate);
     return gate;
   };
+  // Reservations are sized at the fleet's size under an adaptive limit, as in the gateway.
+  const reservedAtOf = (gate: Omit<Gate, "policy" | "liveCapacity" | "reservedAt">) =>
+    (scenario.capacityPin ?? pin) === undefined ? gate.adaptive?.reservedAt : undefined;
   const applyCapacity = (gate: Gate) => {
     const c = capacityOf(gate);
-    if (c !== gate.liveCapacity) {
+    const at = reservedAtOf(gate);
+    if (c !== gate.liveCapacity || at !== gate.reservedAt) {
       gate.liveCapacity = c;
-      gate.policy.setCapacity(c);
+      gate.reservedAt = at;
+      gate.policy.setCapacity(c, at);
     }
   };
   // Under the sluice policies one gate per pool; else (or with one pool) one for the fleet.
@@ -854,7 +863,7 @@ export async function runPolicy(
     }
     // Entitlement of class c: the capacity no higher class holds, by reservation or by use, in
     // each gate where the class has waiters.
-    const reserved = gates.map((g) => reservations(g.liveCapacity));
+    const reserved = gates.map((g) => reservations(g.liveCapacity, g.reservedAt));
     for (const e of entitlement) {
       const w = windows.find((x) => x.name === e.window)!;
       if (now <= w.fromMs || now > w.toMs) continue;
@@ -871,18 +880,11 @@ export async function runPolicy(
     }
     if (now < endArrivals || live > 0) clock.at(now + bucketMs, tick);
   };
-  const reservations = (cap: number): number[] => {
-    const out = [0, 0, 0, 0];
-    let remaining = cap;
-    for (let r = CLASS_COUNT - 1; r >= 0; r--) {
-      const want = requiredReservation(
-        scenario.classes[(["bulk", "default", "interactive", "system"] as const)[r]!],
-        cap,
-      );
-      out[r] = Math.min(want, Math.max(0, remaining));
-      remaining -= out[r]!;
-    }
-    return out;
+  // The scheduler's own arithmetic (clamped highest class first, scaled under an adaptive limit).
+  const reservations = (cap: number, at: number | undefined): number[] => {
+    const slots = new Slots(scenario.classes, cap);
+    if (at !== undefined) slots.setCapacity(cap, at);
+    return slots.reserved;
   };
   clock.at(bucketMs, tick);
 

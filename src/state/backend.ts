@@ -60,7 +60,11 @@ export interface AdmissionBackend {
     priority: string | undefined,
     tenant: string,
   ): { requested: PriorityClass; effective: PriorityClass } | undefined;
-  setCapacity(capacity: number): void;
+  /**
+   * `reservedAt`: the capacity the scheduler's reservations are sized at when `capacity` is an
+   * adaptive limit under the fleet's size (Scheduler.setCapacity); legacy admission has none.
+   */
+  setCapacity(capacity: number, reservedAt?: number): void;
   setTenantPolicies(policies: ReadonlyMap<string, TenantPolicy>, defaultMaxClass: PriorityClass): void;
   snapshot(): AdmissionSnapshot;
   /** The scheduler's cumulative counters (admissions, preemptions, promotions); undefined in legacy mode. */

@@ -24,8 +24,8 @@ class SchedulerBackend implements AdmissionBackend {
   classify(priority: string | undefined, tenant: string) {
     return this.scheduler.classify(priority, tenant);
   }
-  setCapacity(capacity: number): void {
-    this.scheduler.setCapacity(capacity);
+  setCapacity(capacity: number, reservedAt?: number): void {
+    this.scheduler.setCapacity(capacity, reservedAt);
   }
   setTenantPolicies(policies: ReadonlyMap<string, TenantPolicy>, defaultMaxClass: PriorityClass): void {
     this.scheduler.setTenantPolicies(policies, defaultMaxClass);

@@ -138,6 +138,50 @@ describe("adaptive capacity over HTTP", () => {
     assert.ok(status.adaptive !== null && status.adaptive.limit >= 2);
   });
 
+  test("with the built-in reservations (system 32, interactive 128) and a fleet of 256, default-class work keeps its share of a limit near the knee", async (t) => {
+    // Sized at the limit, those floors would fill any limit under 160: default-class requests
+    // would wait for starvation promotion (30 s) in a closed loop. Sized at the fleet's 256 and
+    // scaled, default keeps the 37.5% of the limit it has of 256.
+    const clock = new ManualClock(Date.UTC(2026, 10, 23, 12));
+    const fleet = await startFleet(t, {
+      workers: [
+        { maxRunningRequests: 256, ttftMs: 3, tokenDelayMs: 2, batchSlowdown: 0, knee: KNEE, kneeSlowdown: 1 },
+      ],
+      gateway: { clock, capacity: { mode: "adaptive", minCapacity: 2, tpotSloMs: TPOT_SLO_MS } },
+    });
+    assert.equal(fleet.gateway.admission.mode, "scheduler", "the built-in reservations fit 256");
+    const load = closedLoop(fleet, 32);
+    const limits: number[] = [];
+    const peaks: number[] = [];
+    const served: number[] = [];
+    try {
+      while (limits.length < 40 || (limits.at(-1)! > 2 * KNEE && limits.length < 90)) {
+        fleet.workers[0]!.resetStats();
+        await new Promise((resolve) => setTimeout(resolve, 300));
+        const stats = fleet.workers[0]!.stats();
+        peaks.push(stats.peakRunning);
+        served.push(stats.completed);
+        clock.advance(1000);
+        limits.push(fleet.gateway.capacity.capacity);
+      }
+    } finally {
+      await load.stop();
+    }
+    const detail = `limits ${limits.join(" ")}; worker peaks ${peaks.join(" ")}; served ${served.join(" ")}`;
+    t.diagnostic(detail);
+    const limit = fleet.gateway.capacity.capacity;
+    assert.ok(limit <= 2 * KNEE, `the limit came down to the knee: ${detail}`);
+    // Every one of the last 10 windows served default-class answers (no window waits for a
+    // starvation promotion), and the worker ran more than one at a time.
+    for (const n of served.slice(-10)) assert.ok(n > 0, detail);
+    assert.ok(Math.max(...peaks.slice(-10)) >= 2, detail);
+    const classes = fleet.gateway.admission.snapshot().classes!;
+    assert.equal(classes.system.reserved, Math.floor((32 * limit) / 256), detail);
+    assert.equal(classes.interactive.reserved, Math.floor((128 * limit) / 256), detail);
+    assert.ok(classes.default.headroom + classes.default.inflight >= 1, detail);
+    assert.deepEqual([...load.statuses.keys()], [200], "every request served, none refused");
+  });
+
   test("a stream longer than five windows reports its decode pace while it runs, and its end only the rest", async (t) => {
     const { fleet, adaptive, samples } = await paceFleet(t, 25);
     assert.equal(adaptive.paceIntervalMs, 5000);

@@ -176,3 +176,70 @@ describe("reservations follow capacity", () => {
     assert.equal(s.capacity, 256);
   });
 });
+
+describe("reservations sized at the fleet's size (an adaptive limit under it)", () => {
+  test("each class keeps its share: 256's reservations scaled to 48, rounded down", () => {
+    const s = make(256);
+    s.setCapacity(48, 256);
+    // At 256: system 32, interactive 128, default 26; x 48/256 = 6, 24, 4.875 -> 4.
+    assert.deepEqual(reservations(s), [6, 24, 4, 0]);
+    // default keeps 48 - 6 - 24 = 18 (37.5% as at 256, where it has 96), bulk 14.
+    assert.deepEqual(headrooms(s), [48, 42, 18, 14]);
+    // Sized at the capacity itself (the default), the floors fill it: the contract's dip.
+    s.setCapacity(48);
+    assert.deepEqual(reservations(s), [32, 16, 0, 0]);
+    assert.deepEqual(headrooms(s), [48, 16, 0, 0]);
+  });
+
+  test("a dip at the fleet's size is clamped there first (highest classes filled), then scaled", () => {
+    const s = make(256);
+    // The fleet lost workers (80 reported) and the limit is 40: 80's clamp is 32, 48, 0.
+    s.setCapacity(40, 80);
+    assert.deepEqual(reservations(s), [16, 24, 0, 0]);
+    // reservedAt under the capacity means the capacity itself.
+    s.setCapacity(80, 40);
+    assert.deepEqual(reservations(s), [32, 48, 0, 0]);
+    s.setCapacity(256, 256);
+    assert.deepEqual(reservations(s), [32, 128, 26, 0]);
+  });
+
+  test("default-class work is not locked out under a small limit; with the floors taken at the limit it waits for starvation promotion", async () => {
+    for (const sized of [256, 48]) {
+      const clock = new ManualClock();
+      const s = make(256, { clock, defaultMaxClass: "default" });
+      s.setCapacity(48, sized);
+      const work = acquireN(s, "default", 30);
+      await flush();
+      if (sized === 256) assert.deepEqual(states(work), { pending: 12, resolved: 18, rejected: 0 });
+      else assert.deepEqual(states(work), { pending: 30, resolved: 0, rejected: 0 });
+      clock.advance(30_000); // default's starvation threshold
+      await flush();
+      // Starvation promotion (reservations ignored, capacity binding) lets the rest in either way.
+      assert.deepEqual(states(work), { pending: 0, resolved: 30, rejected: 0 });
+    }
+  });
+
+  test("a higher class still finds its scaled reservation free while lower classes fill the rest", async () => {
+    const s = make(256, { classes: { interactive: { can_preempt: false }, system: { can_preempt: false } } });
+    s.setCapacity(48, 256);
+    const bulk = acquireN(s, "bulk", 48);
+    const chat = acquireN(s, "interactive", 24);
+    await flush();
+    assert.deepEqual(states(bulk), { pending: 34, resolved: 14, rejected: 0 });
+    assert.deepEqual(states(chat), { pending: 0, resolved: 24, rejected: 0 });
+    assert.equal(s.snapshot().inflight, 38);
+    // system keeps its 6 free; default 48 - 38 - 6 = 4; bulk also loses default's 4.
+    assert.deepEqual(headrooms(s), [10, 4, 4, 0]);
+  });
+
+  test("setCapacity rejects a reservedAt that is not a finite number >= 0", () => {
+    const s = make(256);
+    assert.throws(() => s.setCapacity(48, Number.NaN), { name: "ConfigError", path: "reservedAt" });
+    assert.throws(() => s.setCapacity(48, -1), { name: "ConfigError", path: "reservedAt" });
+    assert.throws(() => s.setCapacity(48, Number.POSITIVE_INFINITY), {
+      name: "ConfigError",
+      path: "reservedAt",
+    });
+    assert.equal(s.capacity, 256);
+  });
+});
