@@ -145,7 +145,14 @@ describe("adaptive capacity over HTTP", () => {
     const clock = new ManualClock(Date.UTC(2026, 10, 23, 12));
     const fleet = await startFleet(t, {
       workers: [
-        { maxRunningRequests: 256, ttftMs: 3, tokenDelayMs: 2, batchSlowdown: 0, knee: KNEE, kneeSlowdown: 1 },
+        {
+          maxRunningRequests: 256,
+          ttftMs: 3,
+          tokenDelayMs: 2,
+          batchSlowdown: 0,
+          knee: KNEE,
+          kneeSlowdown: 1,
+        },
       ],
       gateway: { clock, capacity: { mode: "adaptive", minCapacity: 2, tpotSloMs: TPOT_SLO_MS } },
     });
