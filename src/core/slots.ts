@@ -65,13 +65,14 @@ export class Slots {
    */
   private recompute(): void {
     const at = this.reservedAt;
-    const scale = at > this.capacity ? this.capacity / at : 1;
+    const c = this.capacity;
     let remaining = at;
     for (let rank = CLASS_COUNT - 1; rank >= 0; rank--) {
       const want = requiredReservation(this.settings[PRIORITY_CLASSES[rank]!], at);
       const got = Math.min(want, Math.max(0, remaining));
       remaining -= got;
-      this.reserved[rank] = scale === 1 ? got : Math.floor(got * scale);
+      // The same expression as the shared state's Lua (src/state/redis/lua/pool-state.ts).
+      this.reserved[rank] = at > c ? Math.floor((got * c) / at) : got;
     }
   }
 

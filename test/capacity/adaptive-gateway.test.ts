@@ -9,7 +9,9 @@ import { describe, type TestContext, test } from "node:test";
 import { PACE_MIN_TAIL_TOKENS } from "../../src/capacity/adaptive.js";
 import { ManualClock } from "../../src/core/clock.js";
 import type { MockWorker } from "../../src/mock-worker/index.js";
+import type { StateOptions } from "../../src/state/redis/options.js";
 import { type Fleet, metric, schedulerDoc, startFleet } from "../harness.js";
+import { redisOrSkip, statePrefix } from "../state/services.js";
 
 const KNEE = 8;
 const TPOT_SLO_MS = 12;
@@ -59,6 +61,54 @@ async function paceFleet(t: TestContext, tokenDelayMs: number) {
     sample(s, worker);
   };
   return { fleet, adaptive, samples };
+}
+
+/**
+ * The built-in classes (reservations system 32, interactive 128) in front of a worker advertising
+ * 256 with a knee at 8, and 32 default-class streams. Sized at the limit, those floors would fill
+ * any limit under 160: default-class requests would wait for a starvation promotion (30 s) in a
+ * closed loop. Sized at the fleet's 256 and scaled, default keeps the 37.5% of the limit it has of
+ * 256.
+ */
+async function reservedShareRun(t: TestContext, state?: StateOptions): Promise<void> {
+  const clock = new ManualClock(Date.UTC(2026, 10, 23, 12));
+  const fleet = await startFleet(t, {
+    workers: [
+      { maxRunningRequests: 256, ttftMs: 3, tokenDelayMs: 2, batchSlowdown: 0, knee: KNEE, kneeSlowdown: 1 },
+    ],
+    gateway: { clock, state, capacity: { mode: "adaptive", minCapacity: 2, tpotSloMs: TPOT_SLO_MS } },
+  });
+  assert.equal(fleet.gateway.admission.mode, "scheduler", "the built-in reservations fit 256");
+  const load = closedLoop(fleet, 32);
+  const limits: number[] = [];
+  const peaks: number[] = [];
+  const served: number[] = [];
+  try {
+    while (limits.length < 40 || (limits.at(-1)! > 2 * KNEE && limits.length < 90)) {
+      fleet.workers[0]!.resetStats();
+      await new Promise((resolve) => setTimeout(resolve, 300));
+      const stats = fleet.workers[0]!.stats();
+      peaks.push(stats.peakRunning);
+      served.push(stats.completed);
+      clock.advance(1000);
+      limits.push(fleet.gateway.capacity.capacity);
+    }
+  } finally {
+    await load.stop();
+  }
+  const detail = `limits ${limits.join(" ")}; worker peaks ${peaks.join(" ")}; served ${served.join(" ")}`;
+  t.diagnostic(detail);
+  assert.ok(fleet.gateway.capacity.capacity <= 2 * KNEE, `the limit came down to the knee: ${detail}`);
+  // Every one of the last 10 windows served default-class answers (no window waits for a
+  // starvation promotion), and the worker ran more than one at a time.
+  for (const n of served.slice(-10)) assert.ok(n > 0, detail);
+  assert.ok(Math.max(...peaks.slice(-10)) >= 2, detail);
+  const snapshot = fleet.gateway.admission.snapshot();
+  const classes = snapshot.classes!;
+  const at = `${detail}; snapshot ${JSON.stringify(snapshot)}`;
+  assert.equal(classes.system.reserved, Math.floor((32 * snapshot.capacity) / 256), at);
+  assert.equal(classes.interactive.reserved, Math.floor((128 * snapshot.capacity) / 256), at);
+  assert.deepEqual([...load.statuses.keys()], [200], "every request served, none refused");
 }
 
 describe("adaptive capacity over HTTP", () => {
@@ -139,54 +189,19 @@ describe("adaptive capacity over HTTP", () => {
   });
 
   test("with the built-in reservations (system 32, interactive 128) and a fleet of 256, default-class work keeps its share of a limit near the knee", async (t) => {
-    // Sized at the limit, those floors would fill any limit under 160: default-class requests
-    // would wait for starvation promotion (30 s) in a closed loop. Sized at the fleet's 256 and
-    // scaled, default keeps the 37.5% of the limit it has of 256.
-    const clock = new ManualClock(Date.UTC(2026, 10, 23, 12));
-    const fleet = await startFleet(t, {
-      workers: [
-        {
-          maxRunningRequests: 256,
-          ttftMs: 3,
-          tokenDelayMs: 2,
-          batchSlowdown: 0,
-          knee: KNEE,
-          kneeSlowdown: 1,
-        },
-      ],
-      gateway: { clock, capacity: { mode: "adaptive", minCapacity: 2, tpotSloMs: TPOT_SLO_MS } },
+    await reservedShareRun(t);
+  });
+
+  test("the same over shared state (Redis): the scripts size the reservations at the fleet's 256 too", async (t) => {
+    const url = await redisOrSkip(t);
+    if (url === undefined) return;
+    await reservedShareRun(t, {
+      url,
+      keyPrefix: statePrefix(t, url),
+      replicaId: "adaptive-1",
+      failMode: "closed",
+      leaseTtlSecs: 10,
     });
-    assert.equal(fleet.gateway.admission.mode, "scheduler", "the built-in reservations fit 256");
-    const load = closedLoop(fleet, 32);
-    const limits: number[] = [];
-    const peaks: number[] = [];
-    const served: number[] = [];
-    try {
-      while (limits.length < 40 || (limits.at(-1)! > 2 * KNEE && limits.length < 90)) {
-        fleet.workers[0]!.resetStats();
-        await new Promise((resolve) => setTimeout(resolve, 300));
-        const stats = fleet.workers[0]!.stats();
-        peaks.push(stats.peakRunning);
-        served.push(stats.completed);
-        clock.advance(1000);
-        limits.push(fleet.gateway.capacity.capacity);
-      }
-    } finally {
-      await load.stop();
-    }
-    const detail = `limits ${limits.join(" ")}; worker peaks ${peaks.join(" ")}; served ${served.join(" ")}`;
-    t.diagnostic(detail);
-    const limit = fleet.gateway.capacity.capacity;
-    assert.ok(limit <= 2 * KNEE, `the limit came down to the knee: ${detail}`);
-    // Every one of the last 10 windows served default-class answers (no window waits for a
-    // starvation promotion), and the worker ran more than one at a time.
-    for (const n of served.slice(-10)) assert.ok(n > 0, detail);
-    assert.ok(Math.max(...peaks.slice(-10)) >= 2, detail);
-    const classes = fleet.gateway.admission.snapshot().classes!;
-    assert.equal(classes.system.reserved, Math.floor((32 * limit) / 256), detail);
-    assert.equal(classes.interactive.reserved, Math.floor((128 * limit) / 256), detail);
-    assert.ok(classes.default.headroom + classes.default.inflight >= 1, detail);
-    assert.deepEqual([...load.statuses.keys()], [200], "every request served, none refused");
   });
 
   test("a stream longer than five windows reports its decode pace while it runs, and its end only the rest", async (t) => {

@@ -90,6 +90,8 @@ interface GlobalView {
   /** Leases the replicas hold above their share (capacity / N), summed; and headroom below it. */
   excess: number;
   headroom: number;
+  /** The size the reservations are sized at, under adaptive limits (Scheduler.setCapacity). */
+  reservedAt: number | undefined;
 }
 
 const EMPTY_ARGS: ReadonlyArray<string | number> = [0, 0, -1, -1, -1, 0];
@@ -143,6 +145,8 @@ export class RedisAdmissionBackend implements AdmissionBackend, SlotOwner, Wakeu
   private orphans: string[] = [];
   private pendingHolds: SharedHold[] = [];
   private localCapacity: number;
+  /** What this replica reports as the fleet's size under its adaptive limit (undefined: none). */
+  private localReservedAt: number | undefined = undefined;
   private view: GlobalView;
   private pin: number | undefined;
   private replicas: ReplicaStatus[] = [];
@@ -192,6 +196,7 @@ export class RedisAdmissionBackend implements AdmissionBackend, SlotOwner, Wakeu
       queued: [0, 0, 0, 0],
       excess: 0,
       headroom: 0,
+      reservedAt: undefined,
     };
     // Built (and its reservations checked) at the local capacity, as the in-process backend is.
     this.local = new LocalShare({
@@ -276,9 +281,11 @@ export class RedisAdmissionBackend implements AdmissionBackend, SlotOwner, Wakeu
     return { requested: c.requested, effective: c.effective };
   }
 
-  setCapacity(capacity: number): void {
-    if (capacity === this.localCapacity) return;
+  setCapacity(capacity: number, reservedAt?: number): void {
+    const at = reservedAt !== undefined && reservedAt > capacity ? reservedAt : undefined;
+    if (capacity === this.localCapacity && at === this.localReservedAt) return;
     this.localCapacity = capacity;
+    this.localReservedAt = at;
     if (this.state === "shared") void this.heartbeat();
     else this.applyLocalShare();
   }
@@ -634,8 +641,12 @@ export class RedisAdmissionBackend implements AdmissionBackend, SlotOwner, Wakeu
   private applyLocalShare(): void {
     const n = Math.max(1, this.fleet.replicasAlive);
     const fleet = this.registered ? this.view.capacity : this.localCapacity;
+    const fleetAt = this.registered ? this.view.reservedAt : this.localReservedAt;
     const leased = this.leasedRunning();
-    this.local.scheduler.setCapacity(Math.max(0, Math.floor(fleet / n) - this.heldBack - leased));
+    const share = Math.max(0, Math.floor(fleet / n) - this.heldBack - leased);
+    // Under an adaptive limit the share's reservations are sized at its part of the fleet's size.
+    const at = fleetAt !== undefined && fleet > 0 ? Math.floor((share * fleetAt) / fleet) : undefined;
+    this.local.scheduler.setCapacity(share, at);
   }
 
   private leasedRunning(): number {
@@ -794,6 +805,9 @@ export class RedisAdmissionBackend implements AdmissionBackend, SlotOwner, Wakeu
 
   capacity(capacity: number, pin: number | undefined): void {
     if (Number.isFinite(capacity)) this.view.capacity = capacity;
+    // A pin is the fleet's size; else the next view (a heartbeat's) brings the size along.
+    const at = this.view.reservedAt;
+    if (pin !== undefined || at === undefined || at <= this.view.capacity) this.view.reservedAt = undefined;
     this.pin = pin;
   }
 
@@ -910,6 +924,7 @@ export class RedisAdmissionBackend implements AdmissionBackend, SlotOwner, Wakeu
         ...renew,
         marks.length,
         ...marks,
+        this.localReservedAt ?? -1,
       ])) as Array<unknown>;
     } catch (err) {
       this.fleet.connection.failed(err);
@@ -1020,6 +1035,7 @@ export class RedisAdmissionBackend implements AdmissionBackend, SlotOwner, Wakeu
       queued: [Number(out[at + 6]), Number(out[at + 7]), Number(out[at + 8]), Number(out[at + 9])],
       excess: Number(out[at + 11]) || 0,
       headroom: Number(out[at + 12]) || 0,
+      reservedAt: Number(out[at + 13]) > cap ? Number(out[at + 13]) : undefined,
     };
     // Replicas registered (the local share's divisor if Redis goes away next).
     const replicas = Number(out[at + 10]);
@@ -1063,7 +1079,10 @@ export class RedisAdmissionBackend implements AdmissionBackend, SlotOwner, Wakeu
       );
     }
     this.pin = pin;
-    if (pin !== undefined) this.view.capacity = pin;
+    if (pin !== undefined) {
+      this.view.capacity = pin;
+      this.view.reservedAt = undefined;
+    }
     this.call("pin", "sluicePin", this.poolKey, [pin ?? -1]).then(
       (out) => {
         const o = out as Array<string | number>;
@@ -1111,8 +1130,9 @@ export class RedisAdmissionBackend implements AdmissionBackend, SlotOwner, Wakeu
   snapshot(): AdmissionSnapshot {
     if (this.state !== "shared" && this.fleet.options.failMode === "local")
       return this.local.scheduler.snapshot();
-    const { capacity, total, inflight, queued } = this.view;
+    const { capacity, total, inflight, queued, reservedAt } = this.view;
     const slots = new Slots(this.settings, capacity);
+    if (reservedAt !== undefined) slots.setCapacity(capacity, reservedAt);
     slots.total = total;
     for (let r = 0; r < CLASS_COUNT; r++) slots.inflight[r] = inflight[r]!;
     const classes = {} as Record<PriorityClass, ClassSnapshot>;

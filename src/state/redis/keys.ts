@@ -48,6 +48,7 @@ export class StateKeys {
     for (const name of CLASS_KEYS) for (let r = 0; r < 4; r++) all.push(`${p}${name}${r}`);
     all.push(`${p}tmeta`);
     for (let r = 0; r < 4; r++) all.push(`${p}vt${r}`);
+    all.push(`${p}capr`);
     return { all, st: all[0]!, leases: all[2]! };
   }
 

@@ -8,7 +8,8 @@ import { PREAMBLE_FOR_MEMBERSHIP as PREAMBLE } from "./admission.js";
 /**
  * ARGV A+1 replica, +2 info (host|pid|started ms), +3 capacity report (-1: none), +4 epoch to
  * set when the pool has none (a fresh Redis), +5 n, then n lease ids to renew, then m, then m
- * lease ids that had their first byte (no longer preemptible).
+ * lease ids that had their first byte (no longer preemptible), then the size the reservations
+ * are sized at (an adaptive limit's fleet size; -1: the capacity itself).
  * Returns {epoch, fresh (1/0), was alive (1/0), pin (-1 none), {lost ids}, {replica, expiry,
  * info, leases, ...}, next lease expiry (-1 none), snapshot...}.
  */
@@ -40,6 +41,10 @@ for _ = 1, marked do
   local raw = redis.call('HGET', LMETA, ARGV[i])
   if raw then redis.call('ZREM', PRE[tonumber(split(raw, 6)[1])], ARGV[i]) end
   i = i + 1
+end
+local reportAt = tonumber(ARGV[i]) or -1
+if report >= 0 then
+  if reportAt > report then redis.call('HSET', CAPR, replica, reportAt) else redis.call('HDEL', CAPR, replica) end
 end
 
 reapLeases()

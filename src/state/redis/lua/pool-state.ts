@@ -6,13 +6,15 @@
  * The rules are the core's (src/core/slots.ts, src/core/engine.ts), written again in Lua because
  * Redis runs them: headroom(c) = capacity - total - sum over classes h above c of
  * max(0, reserved_h - inflight_h); reservation = max(floor, ceil(per_slot * capacity)), clamped to
- * the live capacity highest class first; starvation pass first (reservations ignored, capacity
+ * the live capacity highest class first (taken at `rat`, the fleet's size under an adaptive limit,
+ * and scaled by cap / rat, rounded down); starvation pass first (reservations ignored, capacity
  * binding), then strict priority; no queue jumping.
  *
  * KEYS 1 is the pool's `st` key; the pool's other keys share its prefix (`<pool prefix>st` ->
  * `<pool prefix>leases`, ...) and its hash tag, so the script derives them instead of taking 25
  * names on every call (the names were most of a call's bytes and of the client's encoding time):
- *   st (hash: epoch cap pin t i0..i3 seq q0..q3)   capd (hash replica -> reported capacity)
+ *   st (hash: epoch cap rat pin t i0..i3 seq q0..q3)   capd (hash replica -> reported capacity)
+ *   capr (hash replica -> reported size the reservations are sized at, under an adaptive limit)
  *   leases (zset id -> expiry ms)            lmeta (hash id -> rank|replica|units|weight|seq|tenant)
  *   claims (hash victim lease -> preemptor ticket)
  *   rl (hash replica -> leases held)         replicas (zset replica -> heartbeat expiry ms)
@@ -30,7 +32,7 @@
 export const POOL_STATE_LUA = `
 local ST = KEYS[1]
 local P = string.sub(ST, 1, -3)
-local CAPD, LEASES, LMETA, CLAIMS, RL, REPLICAS, RINFO = P .. 'capd', P .. 'leases', P .. 'lmeta', P .. 'claims', P .. 'rl', P .. 'replicas', P .. 'rinfo'
+local CAPD, CAPR, LEASES, LMETA, CLAIMS, RL, REPLICAS, RINFO = P .. 'capd', P .. 'capr', P .. 'leases', P .. 'lmeta', P .. 'claims', P .. 'rl', P .. 'replicas', P .. 'rinfo'
 local PRE = {[0] = P .. 'pre0', P .. 'pre1', P .. 'pre2', P .. 'pre3'}
 local Q = {[0] = P .. 'q0', P .. 'q1', P .. 'q2', P .. 'q3'}
 local QA = {[0] = P .. 'qa0', P .. 'qa1', P .. 'qa2', P .. 'qa3'}
@@ -48,8 +50,9 @@ local PIN_CHANGED = false
 local clock = redis.call('TIME')
 local NOW = tonumber(clock[1]) * 1000 + math.floor(tonumber(clock[2]) / 1000)
 
-local st = redis.call('HMGET', ST, 'cap', 't', 'i0', 'i1', 'i2', 'i3', 'seq', 'epoch', 'q0', 'q1', 'q2', 'q3')
+local st = redis.call('HMGET', ST, 'cap', 't', 'i0', 'i1', 'i2', 'i3', 'seq', 'epoch', 'q0', 'q1', 'q2', 'q3', 'rat')
 local cap = tonumber(st[1])
+local rat = tonumber(st[13])
 local total = tonumber(st[2]) or 0
 local inf = {[0] = tonumber(st[3]) or 0, tonumber(st[4]) or 0, tonumber(st[5]) or 0, tonumber(st[6]) or 0}
 local seq = tonumber(st[7]) or 0
@@ -79,15 +82,19 @@ local function split(s, n)
   return out
 end
 
--- Reservations at the live capacity, highest class first (a dip is absorbed by the lowest).
+-- Reservations at the live capacity, highest class first (a dip is absorbed by the lowest); under
+-- an adaptive limit taken at the fleet's size (rat) and scaled by cap / rat, rounded down.
 local RES = {[0] = 0, 0, 0, 0}
 local function reserve()
-  local remaining = cap or 0
+  local c = cap or 0
+  local at = math.max(c, rat or c)
+  local remaining = at
   for r = 3, 0, -1 do
-    local want = math.max(FLOOR[r + 1], math.ceil(PER[r + 1] * (cap or 0)))
+    local want = math.max(FLOOR[r + 1], math.ceil(PER[r + 1] * at))
     local got = math.min(want, math.max(0, remaining))
-    RES[r] = got
     remaining = remaining - got
+    if at > c then got = math.floor(got * c / at) end
+    RES[r] = got
   end
 end
 reserve()
@@ -232,6 +239,7 @@ local function reapReplicas()
     gone[replica] = true
     redis.call('ZREM', REPLICAS, replica)
     redis.call('HDEL', CAPD, replica)
+    redis.call('HDEL', CAPR, replica)
     redis.call('HDEL', RINFO, replica)
   end
   local all = redis.call('HGETALL', TMETA)
@@ -260,6 +268,20 @@ local function agreeCapacity()
       if not agreed or n > agreed then agreed = n end
     end
   end
+  -- Under adaptive limits, the reservations are sized at the largest fleet size a replica
+  -- reports (a pin is the fleet's size itself).
+  local at = nil
+  if agreed and not pin then
+    for _, v in ipairs(redis.call('HVALS', CAPR)) do
+      local n = tonumber(v)
+      if n > agreed and (not at or n > at) then at = n end
+    end
+  end
+  if at ~= rat then
+    rat = at
+    if rat then redis.call('HSET', ST, 'rat', rat) else redis.call('HDEL', ST, 'rat') end
+    reserve()
+  end
   if agreed and (agreed ~= cap or PIN_CHANGED) then
     cap = agreed
     redis.call('HSET', ST, 'cap', cap)
@@ -286,6 +308,6 @@ local function snapshot()
     if n > #held then headroom = headroom + (n - #held) * share end
   end
   return {cap or -1, total, inf[0], inf[1], inf[2], inf[3],
-    QN[0], QN[1], QN[2], QN[3], n, excess, headroom}
+    QN[0], QN[1], QN[2], QN[3], n, excess, headroom, rat or -1}
 end
 `;
