@@ -550,6 +550,8 @@ interface WindowStats {
   /** In-flight peak of the window. */
   peak: number;
   inUse: boolean;
+  /** Work waited in the queue while the limit bound it. */
+  queued: boolean;
   /** In flight rose from under half its peak during the window (e.g. the clients starting). */
   rampUp: boolean;
   overloads: number;
@@ -609,6 +611,8 @@ export class AdaptiveLimit {
     | { level: number; until: number; holdMs: number; baseline: number | undefined }
     | undefined = undefined;
   private ceilingHolds = 0;
+  /** Slots of this limit the scheduler holds back for idle higher classes (setHeldBack). */
+  private heldBack = 0;
 
   private lastDecision: AdaptiveDecision = "hold";
   private lastRatio: number | undefined = undefined;
@@ -700,6 +704,15 @@ export class AdaptiveLimit {
     if (q > this.windowQueued) this.windowQueued = q;
   }
 
+  /**
+   * Reports the slots of the limit that the scheduler's reservations hold back, unused, from the
+   * next class in line (0 when none waits); the next window's law counts them as run while work
+   * waited (see track()). Call it before tick().
+   */
+  setHeldBack(slots: number): void {
+    this.heldBack = slots > 0 && Number.isFinite(slots) ? slots : 0;
+  }
+
   /** Asks for a probe at the next fit window (e.g. after a model change): the baselines are re-learnt. */
   recalibrate(): void {
     if (this.phase === "tracking") this.probeWanted = true;
@@ -756,6 +769,7 @@ export class AdaptiveLimit {
       limit,
       peak,
       inUse: queued > 0 || peak >= o.utilization * limit,
+      queued: queued > 0,
       rampUp: low < peak / 2,
       overloads,
       tpotP90,
@@ -877,7 +891,11 @@ export class AdaptiveLimit {
     const gradient = ratio === undefined ? 1 : 1 / ratio;
     // A decrease starts from what ran: the latency measured is that of the in-flight peak, and a
     // limit above it would take several steps before it binds at all.
-    const ran = w.peak > 0 ? Math.min(w.limit, w.peak) : w.limit;
+    // Slots the scheduler held back for idle higher classes while work waited (its reservations
+    // scale with the limit) count as run: else a breach of what the waiting class ran would cut the
+    // limit to it, its share of that would be smaller still, and the limit would saw.
+    const held = w.queued ? this.heldBack : 0;
+    const ran = w.peak > 0 ? Math.min(w.limit, Math.floor(w.peak + held)) : w.limit;
     let decision: AdaptiveDecision;
     // A worker's overload, or an SLO missed by more than breachMargin (not noise at the edge),
     // marks the level that ran: increases stop under it for a while (the ceiling).

@@ -16,7 +16,9 @@
  * overload signal (a worker's 429/503, an upstream timeout), with the worker that served it.
  * docs/adaptive.md has the law.
  */
+import { CLASSES_HIGH_TO_LOW, type PriorityClass } from "../core/class.js";
 import type { Clock } from "../core/clock.js";
+import type { ClassSnapshot } from "../core/events.js";
 import {
   type AdaptiveDecision,
   AdaptiveLimit,
@@ -125,6 +127,7 @@ export class AdaptiveCapacity implements CapacitySource, CapacityFeedback {
   private queuedPeak = 0;
   private readonly windows: Periodic;
   private readonly controllers = new Map<string, Controlled>();
+  private heldBackSource: (() => number) | undefined = undefined;
   private readonly listWorkers: (() => readonly AdaptiveWorker[]) | undefined;
   private readonly minCapacity: number;
   private readonly maxCapacity: number;
@@ -200,6 +203,14 @@ export class AdaptiveCapacity implements CapacitySource, CapacityFeedback {
     this.notifier.subscribe(listener);
   }
 
+  /**
+   * Where the slots that the scheduler's reservations hold back from waiting work come from
+   * (heldBackOf over the admission snapshot); read once per window.
+   */
+  setHeldBack(source: () => number): void {
+    this.heldBackSource = source;
+  }
+
   /** Starts closing one window per windowMs. */
   start(): void {
     this.windows.start();
@@ -215,7 +226,13 @@ export class AdaptiveCapacity implements CapacitySource, CapacityFeedback {
     this.report(this.queuedPeak);
     const before = this.current;
     let decision: AdaptiveDecision | undefined;
-    for (const c of this.healthyControllers()) {
+    const healthy = this.healthyControllers();
+    const held = this.heldBackSource?.() ?? 0;
+    // Each controller gets its part of what is held back, by its limit.
+    let limits = 0;
+    for (const c of healthy) limits += c.controller.limit;
+    for (const c of healthy) c.controller.setHeldBack(limits > 0 ? (held * c.controller.limit) / limits : 0);
+    for (const c of healthy) {
       const d = c.controller.tick();
       // The pool's decision: a decrease anywhere is the news, else an increase, else a hold.
       if (d !== undefined && (decision === undefined || rank(d) > rank(decision))) decision = d;
@@ -458,4 +475,20 @@ export class AdaptiveCapacity implements CapacitySource, CapacityFeedback {
 /** Which decision speaks for the pool when its workers decide differently. */
 function rank(d: AdaptiveDecision): number {
   return d === "hold" ? 0 : d === "increase" ? 1 : 2;
+}
+
+/**
+ * Slots the scheduler holds back, unused, from the highest class that has work waiting (the one
+ * next in line; lower classes wait behind it anyway): the reservations of the classes above it
+ * less what they run. 0 when nothing waits, or in legacy admission (no classes).
+ */
+export function heldBackOf(classes: Readonly<Record<PriorityClass, ClassSnapshot>> | null): number {
+  if (classes === null) return 0;
+  let held = 0;
+  for (const cls of CLASSES_HIGH_TO_LOW) {
+    const c = classes[cls];
+    if (c.queued > 0) return held;
+    held += Math.max(0, c.reserved - c.inflight);
+  }
+  return 0;
 }

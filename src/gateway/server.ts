@@ -6,7 +6,7 @@
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from "node:http";
 import type { AddressInfo } from "node:net";
 import type { Logger } from "pino";
-import { AdaptiveCapacity } from "../capacity/adaptive.js";
+import { AdaptiveCapacity, heldBackOf } from "../capacity/adaptive.js";
 import { LoadShedding } from "../capacity/load-shedding.js";
 import { PinnableCapacity } from "../capacity/pinned.js";
 import { BudgetBook } from "../core/budgets.js";
@@ -225,6 +225,7 @@ export async function startGateway(options: GatewayOptions, outcomes?: OutcomeSi
       }
     }
     const backend = admission;
+    adaptive?.setHeldBack(() => heldBackOf(backend.snapshot().classes));
     let shedding: LoadShedding | undefined;
     if (options.shedding !== undefined) {
       const candidate = new LoadShedding(options.shedding, clock);

@@ -20,7 +20,7 @@
  * fleet (the legacy limiter and the reference scheduler have no pools) and only route by pool.
  * Budgets are fleet-wide.
  */
-import { AdaptiveCapacity } from "../capacity/adaptive.js";
+import { AdaptiveCapacity, heldBackOf } from "../capacity/adaptive.js";
 import type { AdaptiveLimitSnapshot } from "../capacity/adaptive-limit.js";
 import { LoadShedding, type LoadSheddingStatus } from "../capacity/load-shedding.js";
 import { Periodic } from "../capacity/periodic.js";
@@ -495,6 +495,7 @@ export async function runPolicy(
       reservedAt: undefined,
     };
     adaptive?.subscribe(() => applyCapacity(gate));
+    adaptive?.setHeldBack(() => heldBackOf(gate.policy.scheduler?.snapshot().classes ?? null));
     applyCapacity(gate);
     return gate;
   };

@@ -68,7 +68,8 @@ async function paceFleet(t: TestContext, tokenDelayMs: number) {
  * 256 with a knee at 8, and 32 default-class streams. Sized at the limit, those floors would fill
  * any limit under 160: default-class requests would wait for a starvation promotion (30 s) in a
  * closed loop. Sized at the fleet's 256 and scaled, default keeps the 37.5% of the limit it has of
- * 256.
+ * 256; and with the slots held back for idle classes counted as run, the limit settles where that
+ * share runs the worker at its knee (about 8 / 0.375).
  */
 async function reservedShareRun(t: TestContext, state?: StateOptions): Promise<void> {
   const clock = new ManualClock(Date.UTC(2026, 10, 23, 12));
@@ -83,8 +84,11 @@ async function reservedShareRun(t: TestContext, state?: StateOptions): Promise<v
   const limits: number[] = [];
   const peaks: number[] = [];
   const served: number[] = [];
+  // At least 45 windows; on a slow machine more, until the last 10 run near the knee.
+  const nearKnee = (peak: number) => peak >= KNEE * 0.75 && peak <= KNEE * 1.5;
+  const settled = () => limits.length >= 45 && peaks.slice(-10).filter(nearKnee).length >= 8;
   try {
-    while (limits.length < 40 || (limits.at(-1)! > 2 * KNEE && limits.length < 90)) {
+    while (!settled() && limits.length < 90) {
       fleet.workers[0]!.resetStats();
       await new Promise((resolve) => setTimeout(resolve, 300));
       const stats = fleet.workers[0]!.stats();
@@ -98,11 +102,14 @@ async function reservedShareRun(t: TestContext, state?: StateOptions): Promise<v
   }
   const detail = `limits ${limits.join(" ")}; worker peaks ${peaks.join(" ")}; served ${served.join(" ")}`;
   t.diagnostic(detail);
-  assert.ok(fleet.gateway.capacity.capacity <= 2 * KNEE, `the limit came down to the knee: ${detail}`);
-  // Every one of the last 10 windows served default-class answers (no window waits for a
-  // starvation promotion), and the worker ran more than one at a time.
+  // Every one of the last 10 windows served default-class answers (none waited for a starvation
+  // promotion), and the worker ran at its knee, not at the class's share of the knee (3).
   for (const n of served.slice(-10)) assert.ok(n > 0, detail);
-  assert.ok(Math.max(...peaks.slice(-10)) >= 2, detail);
+  assert.ok(settled(), detail);
+  assert.ok(
+    limits.slice(-10).every((l) => l < 8 * KNEE),
+    `the limit came down from 256 toward the knee: ${detail}`,
+  );
   const snapshot = fleet.gateway.admission.snapshot();
   const classes = snapshot.classes!;
   const at = `${detail}; snapshot ${JSON.stringify(snapshot)}`;
@@ -188,7 +195,7 @@ describe("adaptive capacity over HTTP", () => {
     assert.ok(status.adaptive !== null && status.adaptive.limit >= 2);
   });
 
-  test("with the built-in reservations (system 32, interactive 128) and a fleet of 256, default-class work keeps its share of a limit near the knee", async (t) => {
+  test("with the built-in reservations (system 32, interactive 128) and a fleet of 256, default-class work runs the worker at its knee", async (t) => {
     await reservedShareRun(t);
   });
 

@@ -67,6 +67,12 @@ class Sim {
   readonly rand: () => number;
   demand = 100;
   prompt: (r: () => number) => number = shortPrompt;
+  /** Share of the limit the scheduler's reservations hold back for idle higher classes. */
+  reserved = 0;
+  /** Tell the controller about those slots (setHeldBack), as the gateway does. */
+  reportHeld = true;
+  /** What ran, per window. */
+  readonly ran: number[] = [];
 
   constructor(options: Partial<AdaptiveLimitOptions> = {}, model = worker(), seed = 1) {
     this.model = model;
@@ -78,8 +84,11 @@ class Sim {
   }
 
   window(): AdaptiveDecision | undefined {
-    const c = Math.min(this.ctl.limit, this.demand);
+    const room = Math.floor(this.ctl.limit * (1 - this.reserved));
+    const c = Math.min(room, this.demand);
+    this.ran.push(c);
     this.ctl.sampleUsage(c, this.demand - c);
+    this.ctl.setHeldBack(this.reportHeld && this.demand > c ? this.ctl.limit - room : 0);
     const f = loadFactor(this.model, c);
     const n = c > 0 ? Math.max(12, c) : 0;
     for (let i = 0; i < n; i++) {
@@ -319,6 +328,48 @@ describe("AdaptiveLimit: the breach ceiling", () => {
       after.slice(0, 30).some((l) => l >= 11),
       `climbs past the old ceiling within 30 s: ${after.join(" ")}`,
     );
+  });
+});
+
+describe("AdaptiveLimit: slots held back by the scheduler's reservations", () => {
+  // The built-in classes at a fleet of 256, scaled with the limit: 62.5% of it is held for idle
+  // system and interactive traffic while default work waits.
+  const run = (reportHeld: boolean) => {
+    const sim = new Sim({ tpotSloMs: 30 });
+    sim.reserved = 0.625;
+    sim.reportHeld = reportHeld;
+    sim.demand = 200;
+    const limits = sim.run(600).slice(120);
+    return { limits, ran: sim.ran.slice(120) };
+  };
+  const median = (xs: number[]) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)]!;
+
+  test("counted as run while work waits: the waiting class runs at its knee, the limit in a narrow band", (t) => {
+    const off = run(false);
+    const on = run(true);
+    // Share of windows within 15% of the median limit.
+    const steady = (xs: number[]) => {
+      const m = median(xs);
+      return xs.filter((x) => Math.abs(x - m) <= 0.15 * m).length / xs.length;
+    };
+    t.diagnostic(
+      `ran median: not reported ${median(off.ran)}, reported ${median(on.ran)}; limit within 15% of its median: ${steady(off.limits).toFixed(2)} vs ${steady(on.limits).toFixed(2)}`,
+    );
+    // Unreported, a breach cuts the limit to what the waiting class ran, which then gets 37.5%
+    // of that: it runs far under the knee (16) and the limit saws from a third of it back up.
+    assert.ok(median(off.ran) < 0.75 * KNEE, `not reported: ${off.ran.slice(0, 60).join(" ")}`);
+    assert.ok(steady(off.limits) < 0.6, `not reported: ${off.limits.slice(0, 60).join(" ")}`);
+    assert.ok(median(on.ran) >= 0.8 * KNEE, `reported: ${on.ran.slice(0, 60).join(" ")}`);
+    assert.ok(steady(on.limits) >= 0.95, `reported: ${on.limits.slice(0, 60).join(" ")}`);
+  });
+
+  test("a negative or non-finite report is taken as none", () => {
+    const sim = new Sim();
+    for (const bad of [-3, Number.NaN, Number.POSITIVE_INFINITY]) {
+      sim.ctl.setHeldBack(bad);
+      sim.run(1);
+    }
+    assert.ok(sim.ctl.limit >= 1);
   });
 });
 

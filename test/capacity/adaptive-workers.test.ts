@@ -6,10 +6,12 @@
  */
 import assert from "node:assert/strict";
 import { describe, test } from "node:test";
-import { AdaptiveCapacity, type AdaptiveWorker } from "../../src/capacity/adaptive.js";
+import { AdaptiveCapacity, type AdaptiveWorker, heldBackOf } from "../../src/capacity/adaptive.js";
 import { PinnableCapacity } from "../../src/capacity/pinned.js";
 import { CapacityNotifier, type CapacitySource } from "../../src/capacity/source.js";
+import type { PriorityClass } from "../../src/core/class.js";
 import { ManualClock } from "../../src/core/clock.js";
+import type { ClassSnapshot } from "../../src/core/events.js";
 
 function fakeWorker(url: string, capacity: number): AdaptiveWorker & { inflight: number } {
   return { url, availableCapacity: capacity, inflight: 0, adaptiveLimit: undefined };
@@ -124,6 +126,58 @@ describe("AdaptiveCapacity with one controller per worker", () => {
       before,
       "unpinned: the limits are back",
     );
+  });
+
+  test("reservations are sized at the fleet's size: the healthy workers' reports, under the max; a pin is its own", () => {
+    const { adaptive, workers, window, healthy, notifier } = setup();
+    const told: Array<[number, number | undefined]> = [];
+    const pinnable = new PinnableCapacity(adaptive);
+    pinnable.subscribe((c) => told.push([c, pinnable.reservedAt]));
+    for (let i = 0; i < 60; i++) window((_w, c) => kneeAt(4)(c));
+    assert.ok(adaptive.capacity < 64, `limit ${adaptive.capacity}`);
+    assert.equal(adaptive.reservedAt, 64);
+    assert.ok(told.length > 0 && told.every(([, at]) => at === 64), JSON.stringify(told));
+    pinnable.setPin(20);
+    assert.equal(pinnable.reservedAt, undefined, "a pin is the fleet's size");
+    pinnable.setPin(undefined);
+    assert.equal(pinnable.reservedAt, 64);
+    // A worker leaves: the size is what the healthy ones report, and the listeners hear of it.
+    told.length = 0;
+    healthy.list = [workers[0]!];
+    notifier.changed(32);
+    assert.equal(adaptive.reservedAt, 32);
+    assert.deepEqual(told.at(-1), [adaptive.capacity, 32]);
+    const bounded = setup({ max: 40 });
+    assert.equal(bounded.adaptive.reservedAt, 40, "adaptive_max_capacity bounds the size too");
+  });
+
+  test("heldBackOf: the unused reservations above the first class in line", () => {
+    const cls = (reserved: number, inflight: number, queued: number): ClassSnapshot => ({
+      reserved,
+      inflight,
+      queued,
+      queueLimit: 100,
+      headroom: 0,
+      capacityPressure: 0,
+    });
+    const classes = (
+      system: ClassSnapshot,
+      interactive: ClassSnapshot,
+      dflt: ClassSnapshot,
+      bulk: ClassSnapshot,
+    ): Record<PriorityClass, ClassSnapshot> => ({ system, interactive, default: dflt, bulk });
+    // default waits: system's 4 unused and interactive's 16 - 6.
+    assert.equal(heldBackOf(classes(cls(4, 0, 0), cls(16, 6, 0), cls(2, 3, 9), cls(0, 0, 5))), 14);
+    // interactive waits (bulk too, behind it): only system's.
+    assert.equal(heldBackOf(classes(cls(4, 1, 0), cls(16, 16, 2), cls(2, 0, 0), cls(0, 0, 5))), 3);
+    // A class running past its reservation holds nothing back.
+    assert.equal(heldBackOf(classes(cls(4, 9, 0), cls(16, 20, 0), cls(2, 0, 1), cls(0, 0, 0))), 0);
+    assert.equal(
+      heldBackOf(classes(cls(4, 0, 0), cls(16, 0, 0), cls(2, 0, 0), cls(0, 0, 0))),
+      0,
+      "none waits",
+    );
+    assert.equal(heldBackOf(null), 0, "legacy admission");
   });
 
   test("a worker that leaves takes its limit out of the pool's capacity at once", () => {
