@@ -536,6 +536,11 @@ export interface AdaptiveLimitSnapshot {
   breachCeiling: number | null;
   /** Windows whose increase the breach ceiling held back. */
   ceilingHolds: number;
+  /**
+   * Slots of the limit the scheduler's reservations held back, unused, from the next class in
+   * line at the last window close (setHeldBack); counted as run while work waits.
+   */
+  heldBack: number;
 }
 
 const BUCKETS = TTFT_BUCKET_BOUNDS.length + 1;
@@ -823,6 +828,7 @@ export class AdaptiveLimit {
       staleSamples: this.staleSamples,
       breachCeiling: this.ceiling !== undefined && now < this.ceiling.until ? this.ceiling.level : null,
       ceilingHolds: this.ceilingHolds,
+      heldBack: this.heldBack,
     };
   }
 

@@ -315,7 +315,8 @@ export class AdaptiveCapacity implements CapacitySource, CapacityFeedback {
         | "storedSamples"
         | "invalidSamples"
         | "staleSamples"
-        | "ceilingHolds",
+        | "ceilingHolds"
+        | "heldBack",
     ) => snaps.reduce((s, x) => s + x[k], 0);
     const phase: AdaptivePhase = snaps.some((s) => s.phase === "calibrating")
       ? "calibrating"
@@ -340,6 +341,7 @@ export class AdaptiveCapacity implements CapacitySource, CapacityFeedback {
       invalidSamples: sumOf("invalidSamples"),
       staleSamples: sumOf("staleSamples"),
       ceilingHolds: sumOf("ceilingHolds"),
+      heldBack: sumOf("heldBack"),
       // A level is one controller's: per worker it is in `workers`.
       breachCeiling: this.listWorkers === undefined ? head.breachCeiling : null,
       bound: this.current <= this.minCapacity ? "min" : this.current >= this.maxCapacity ? "max" : head.bound,

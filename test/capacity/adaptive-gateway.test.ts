@@ -110,6 +110,8 @@ async function reservedShareRun(t: TestContext, state?: StateOptions): Promise<v
     limits.slice(-10).every((l) => l < 8 * KNEE),
     `the limit came down from 256 toward the knee: ${detail}`,
   );
+  // The admin status shows what the reservations held back at the last window (default waited).
+  assert.ok(fleet.gateway.adaptive!.snapshot().heldBack >= 1, detail);
   const snapshot = fleet.gateway.admission.snapshot();
   const classes = snapshot.classes!;
   const at = `${detail}; snapshot ${JSON.stringify(snapshot)}`;
