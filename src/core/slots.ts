@@ -19,7 +19,7 @@ export class Slots {
   capacity: number;
   total = 0;
   readonly inflight: number[] = [0, 0, 0, 0];
-  /** Effective reservations after clamping to the live capacity. */
+  /** Effective reservations: clamped at `reservedAt`, then scaled to the capacity when under it. */
   readonly reserved: number[] = [0, 0, 0, 0];
   /** The capacity the reservations are derived at (>= capacity): see the file's comment. */
   reservedAt: number;
