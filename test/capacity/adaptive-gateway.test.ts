@@ -36,6 +36,32 @@ function closedLoop(fleet: Fleet, clients: number) {
   };
 }
 
+/**
+ * Rounds of real traffic against the fleet's one worker, each then closing a window on the manual
+ * clock, until `settled()` or 90 windows; then the load stops. Each round hands the worker's
+ * counters to `record` and appends the gateway's capacity to `limits`.
+ */
+async function runWindows(
+  fleet: Fleet,
+  clock: ManualClock,
+  load: { stop(): Promise<void> },
+  limits: number[],
+  settled: () => boolean,
+  record: (stats: ReturnType<MockWorker["stats"]>) => void,
+): Promise<void> {
+  try {
+    while (!settled() && limits.length < 90) {
+      fleet.workers[0]!.resetStats();
+      await new Promise((resolve) => setTimeout(resolve, 300));
+      record(fleet.workers[0]!.stats());
+      clock.advance(1000);
+      limits.push(fleet.gateway.capacity.capacity);
+    }
+  } finally {
+    await load.stop();
+  }
+}
+
 /** What adaptive capacity was fed: each `ok` sample, when it came (performance.now()). */
 interface FedSample {
   at: number;
@@ -87,19 +113,10 @@ async function reservedShareRun(t: TestContext, state?: StateOptions): Promise<v
   // At least 45 windows; on a slow machine more, until the last 10 run near the knee.
   const nearKnee = (peak: number) => peak >= KNEE * 0.75 && peak <= KNEE * 1.5;
   const settled = () => limits.length >= 45 && peaks.slice(-10).filter(nearKnee).length >= 8;
-  try {
-    while (!settled() && limits.length < 90) {
-      fleet.workers[0]!.resetStats();
-      await new Promise((resolve) => setTimeout(resolve, 300));
-      const stats = fleet.workers[0]!.stats();
-      peaks.push(stats.peakRunning);
-      served.push(stats.completed);
-      clock.advance(1000);
-      limits.push(fleet.gateway.capacity.capacity);
-    }
-  } finally {
-    await load.stop();
-  }
+  await runWindows(fleet, clock, load, limits, settled, (stats) => {
+    peaks.push(stats.peakRunning);
+    served.push(stats.completed);
+  });
   const detail = `limits ${limits.join(" ")}; worker peaks ${peaks.join(" ")}; served ${served.join(" ")}`;
   t.diagnostic(detail);
   // Every one of the last 10 windows served default-class answers (none waited for a starvation
@@ -156,18 +173,7 @@ describe("adaptive capacity over HTTP", () => {
     // windows, never more than 90.
     // At least 40 windows, so the band is the steady state, not a pass on the way down.
     const settled = () => limits.length >= 40 && limits.slice(-10).every(inBand);
-    try {
-      while (!settled() && limits.length < 90) {
-        fleet.workers[0]!.resetStats();
-        // A round of real traffic, then the window closes on the manual clock.
-        await new Promise((resolve) => setTimeout(resolve, 300));
-        peaks.push(fleet.workers[0]!.stats().peakRunning);
-        clock.advance(1000);
-        limits.push(fleet.gateway.capacity.capacity);
-      }
-    } finally {
-      await load.stop();
-    }
+    await runWindows(fleet, clock, load, limits, settled, (stats) => peaks.push(stats.peakRunning));
     const snapshot = adaptive.snapshot();
     const detail = `limits ${limits.join(" ")}; worker peaks ${peaks.join(" ")}; snapshot ${JSON.stringify({
       phase: snapshot.phase,
@@ -271,18 +277,10 @@ describe("adaptive capacity over HTTP", () => {
     const admitted: number[] = [];
     const inBand = (limit: number) => limit >= KNEE * 0.5 && limit <= KNEE * 1.5;
     const settled = () => limits.length >= 20 && limits.slice(-10).every(inBand);
-    try {
-      while (!settled() && limits.length < 90) {
-        fleet.workers[0]!.resetStats();
-        await new Promise((resolve) => setTimeout(resolve, 300));
-        peaks.push(fleet.workers[0]!.stats().peakRunning);
-        admitted.push(fleet.gateway.admission.snapshot().inflight);
-        clock.advance(1000);
-        limits.push(fleet.gateway.capacity.capacity);
-      }
-    } finally {
-      await load.stop();
-    }
+    await runWindows(fleet, clock, load, limits, settled, (stats) => {
+      peaks.push(stats.peakRunning);
+      admitted.push(fleet.gateway.admission.snapshot().inflight);
+    });
     const detail = `limits ${limits.join(" ")}; worker peaks ${peaks.join(" ")}; admitted ${admitted.join(" ")}`;
     t.diagnostic(detail);
     assert.ok(settled(), detail);
