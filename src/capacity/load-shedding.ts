@@ -10,6 +10,7 @@
  */
 import type { PriorityClass } from "../core/class.js";
 import type { Clock } from "../core/clock.js";
+import type { ClassSettingsTable } from "../core/config.js";
 import { ConfigError } from "../core/errors.js";
 import { KeyedAdmission, type KeyedAdmissionOptions, type KeyedAdmissionStatus } from "./keyed-admission.js";
 import { Periodic } from "./periodic.js";
@@ -23,8 +24,11 @@ export interface KeyedSheddingOptions extends KeyedAdmissionOptions {
 }
 
 export interface LoadSheddingOptions {
-  /** Prioritized shedding; off when absent. */
-  prioritized?: PrioritizerOptions | undefined;
+  /**
+   * Prioritized shedding; off when absent (in adaptive mode, absent means the default of
+   * `adaptiveSheddingDefault`), and off when false.
+   */
+  prioritized?: PrioritizerOptions | false | undefined;
   /** Keyed shedding; off when absent. */
   keyed?: KeyedSheddingOptions | undefined;
 }
@@ -36,8 +40,32 @@ export type ShedVerdict =
   | { shed: true; reason: ShedReason; retryAfterSecs: number };
 
 export interface LoadSheddingStatus {
-  prioritized: (PrioritizerStatus & { maxQueueWaitMs: number }) | null;
+  /** `maxQueueWaitMs` is the one bound configured, or null when each class has its own (`boundsMs`). */
+  prioritized: (PrioritizerStatus & { maxQueueWaitMs: number | null }) | null;
   keyed: (KeyedAdmissionStatus & { header: string; classes: PriorityClass[] }) | null;
+}
+
+/**
+ * The shedding options with the class table's help: a `load_shedding` block without
+ * `max_queue_wait_ms` bounds each class's wait by its queue_timeout, and in adaptive mode an absent
+ * block means exactly that (`load_shedding: false` turns it off). A limit that falls to the
+ * workers' knee leaves requests queued that would wait past their timeout and get a 408 anyway;
+ * refused at the door they get 503 load_shed at once, with Retry-After, and the ones that would
+ * have been served are not touched. Static mode keeps the contract: no shedding unless configured.
+ */
+export function resolveShedding(
+  options: LoadSheddingOptions | undefined,
+  classes: ClassSettingsTable,
+  adaptive: boolean,
+): LoadSheddingOptions | undefined {
+  const p = options?.prioritized;
+  if (p === false || (p === undefined && !adaptive)) return options;
+  if (p !== undefined && (p.maxQueueWaitMs !== undefined || p.classWaitMs !== undefined)) return options;
+  const classWaitMs = {} as Record<PriorityClass, number>;
+  for (const cls of Object.keys(classes) as PriorityClass[]) {
+    classWaitMs[cls] = classes[cls].queue_timeout_secs * 1000;
+  }
+  return { ...options, prioritized: { ...p, classWaitMs } };
 }
 
 const PASS: ShedVerdict = Object.freeze({ shed: false });
@@ -103,7 +131,7 @@ export class LoadShedding {
     const level = p?.level(cls, tenant) ?? 0;
     if (p?.shouldShed(cls, level)) {
       const codel = p.threshold <= level;
-      return { shed: true, reason: codel ? "codel" : "level", retryAfterSecs: p.retryAfterSecs() };
+      return { shed: true, reason: codel ? "codel" : "level", retryAfterSecs: p.retryAfterSecs(cls) };
     }
     const k = this.keyed;
     if (k !== undefined && this.keyedClasses.has(cls) && k.reject(session || tenant)) {
@@ -146,8 +174,9 @@ export class LoadShedding {
   status(): LoadSheddingStatus {
     const p = this.prioritizer;
     const k = this.keyed;
+    const po = this.options.prioritized;
     return {
-      prioritized: p ? { ...p.status(), maxQueueWaitMs: this.options.prioritized!.maxQueueWaitMs } : null,
+      prioritized: p ? { ...p.status(), maxQueueWaitMs: (po ? po.maxQueueWaitMs : undefined) ?? null } : null,
       keyed: k ? { ...k.status(), header: this.sessionHeader!, classes: [...this.keyedClasses] } : null,
     };
   }

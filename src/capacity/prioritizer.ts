@@ -11,8 +11,9 @@
  * Calibration, once per second (the caller runs calibrate()), from the queue's level histogram
  * and the histogram of the last period's arrivals (shed or not: the forecast of the next second's):
  *   rate   = recent completions per second (smoothed)
- *   budget = rate * (maxQueueWaitMs + 1 s): what may wait within the bound, plus what the next
- *            second serves
+ *   bound  = maxQueueWaitMs, or without it the bound of the level's class (the gateway's default
+ *            in adaptive mode: the class's queue_timeout, past which the wait is in vain anyway)
+ *   budget = rate * (bound + 1 s): what may wait within the bound, plus what the next second serves
  *   from the top level down, add each level's queued requests and arrivals per second; at the
  *   first level L where the sum passes the budget, the room left admits a fraction a of L's
  *   arrivals, and threshold = L + 1 - a (nothing shed when the sum never passes it).
@@ -25,9 +26,11 @@
  * threshold could only refuse all of them or none, a second of each, which let a second's burst
  * of arrivals in at a time and queued them for several seconds. With the fraction, the admitted
  * rate follows the completions and the wait stays near its bound.
- * An empty queue sheds nothing (the slots took every arrival, however many). predicted wait =
- * queued requests / rate, shown in status and used for Retry-After. With no completion yet
- * (rate 0) and a queue, nothing fits: every level up to the highest one queued is refused.
+ * Shedding starts when some class's predicted wait (the requests queued at or above its levels /
+ * rate) passes its bound. An empty queue sheds nothing (the slots took every arrival, however
+ * many). predicted wait = queued requests / rate, shown in status and used for Retry-After. With
+ * no completion yet (rate 0), a queue that has stood a class's bound without one refuses that
+ * class's levels (and those below), up to the highest level queued.
  * The threshold never passes SYSTEM_LEVEL (system is never shed), and, levels being class-major,
  * interactive is shed only once every bulk and default level is.
  *
@@ -45,8 +48,13 @@ import { ConfigError } from "../core/errors.js";
 export const SYSTEM_LEVEL = 300;
 
 export interface PrioritizerOptions {
-  /** Predicted queue wait above which levels are shed. */
-  maxQueueWaitMs: number;
+  /** Predicted queue wait above which levels are shed, one bound for every class. */
+  maxQueueWaitMs?: number | undefined;
+  /**
+   * Without `maxQueueWaitMs`: each class's own bound (the gateway passes each class's
+   * queue_timeout, the wait past which the request would be refused anyway).
+   */
+  classWaitMs?: Readonly<Record<PriorityClass, number>> | undefined;
   /** Half-life of the tenants' recent usage. */
   usageHalfLifeMs?: number;
   /** Classes with the CoDel-style sojourn check. */
@@ -64,6 +72,8 @@ export interface PrioritizerStatus {
    * threshold - floor(threshold) of them (0 = none).
    */
   threshold: number;
+  /** The predicted wait past which each class's levels are shed. */
+  boundsMs: Record<PriorityClass, number>;
   predictedWaitMs: number;
   completionsPerSec: number;
   queued: number;
@@ -88,6 +98,7 @@ const RANK_BASE: Record<PriorityClass, number> = {
   interactive: 200,
   system: SYSTEM_LEVEL,
 };
+const CLASSES_BY_RANK: readonly PriorityClass[] = ["bulk", "default", "interactive", "system"];
 
 export class Prioritizer {
   private readonly halfLifeMs: number;
@@ -95,6 +106,10 @@ export class Prioritizer {
   private readonly codelTargetMs: number;
   private readonly codelIntervalMs: number;
   private readonly maxTenants: number;
+  /** The wait bound of each class, by rank (bulk 0 .. system 3). */
+  private readonly bounds: readonly number[];
+  /** The last calibration that found the queue empty, or a completion (the clock at creation). */
+  private lastProgressMs: number;
   private readonly usage = new Map<PriorityClass, Map<string, UsageEntry>>();
   /** Usage levels as of the last calibration: a Map lookup per request, not a scan. */
   private usageLevels = new Map<PriorityClass, Map<string, number>>();
@@ -117,11 +132,22 @@ export class Prioritizer {
   private draw = 0;
 
   constructor(
-    private readonly options: PrioritizerOptions,
+    options: PrioritizerOptions,
     private readonly clock: Clock,
   ) {
-    if (!(options.maxQueueWaitMs > 0))
-      throw new ConfigError("load_shedding.max_queue_wait_ms", "must be > 0");
+    const single = options.maxQueueWaitMs;
+    if (single !== undefined || options.classWaitMs === undefined) {
+      if (!(single !== undefined && single > 0))
+        throw new ConfigError("load_shedding.max_queue_wait_ms", "must be > 0");
+      this.bounds = CLASSES_BY_RANK.map(() => single);
+    } else {
+      const perClass = options.classWaitMs;
+      this.bounds = CLASSES_BY_RANK.map((cls) => {
+        const ms = perClass[cls];
+        if (!(ms > 0)) throw new ConfigError(`classes.${cls}.queue_timeout_secs`, "must be > 0");
+        return ms;
+      });
+    }
     this.halfLifeMs = options.usageHalfLifeMs ?? 60_000;
     if (!(this.halfLifeMs > 0)) throw new ConfigError("load_shedding.usage_half_life_secs", "must be > 0");
     this.codel = new Set(options.codelClasses ?? []);
@@ -134,6 +160,7 @@ export class Prioritizer {
     if (!(this.codelIntervalMs > 0)) throw new ConfigError("load_shedding.codel_interval_ms", "must be > 0");
     this.maxTenants = options.maxTenants ?? 10_000;
     this.lastCalibrationMs = clock.now();
+    this.lastProgressMs = this.lastCalibrationMs;
   }
 
   /** Arrivals below this level are refused. */
@@ -163,6 +190,7 @@ export class Prioritizer {
   /** A request finished (served): feeds the completion rate. */
   recordCompletion(): void {
     this.completions++;
+    this.lastProgressMs = this.clock.now();
   }
 
   /** A request left a class's queue after waiting `waitMs` (CoDel input). */
@@ -234,27 +262,35 @@ export class Prioritizer {
     this.queuedTotal = total;
     this.predictedWait =
       total === 0 ? 0 : this.rate > 0 ? (total / this.rate) * 1000 : Number.POSITIVE_INFINITY;
-    if (total === 0 || (this.currentThreshold === 0 && this.predictedWait <= this.options.maxQueueWaitMs)) {
-      // Nothing waits (the slots had room for every arrival, however many), or the wait is within
-      // its bound and nothing is being shed: a short queue in a burst is no reason to start.
+    if (total === 0) this.lastProgressMs = now;
+    if (total === 0 || (this.currentThreshold === 0 && !this.pastBound(queuedAt))) {
+      // Nothing waits (the slots had room for every arrival, however many), or every class's wait
+      // is within its bound and nothing is being shed: a short queue in a burst is no reason to start.
       this.currentThreshold = 0;
       return;
     }
     if (this.rate === 0) {
-      // Nothing served yet: nothing fits. Refuse the levels at or below the highest one queued
-      // (a higher level would go ahead of all of them); the arrivals forecast nothing here.
+      // Nothing served yet, so no forecast: the evidence is how long the queue has stood without a
+      // completion. Refuse the levels of the classes whose bound that time has reached, up to the
+      // highest one queued (a higher level would go ahead of all of them).
+      const stuckMs = now - this.lastProgressMs;
       let top = LEVELS - 1;
       while (top > 0 && queuedAt[top] === 0) top--;
-      this.currentThreshold = Math.min(top + 1, SYSTEM_LEVEL);
+      let reached = -1;
+      for (let rank = 3; rank >= 0 && reached < 0; rank--) {
+        if (this.bounds[rank]! <= stuckMs) reached = rank * 100 + 99;
+      }
+      this.currentThreshold = Math.min(Math.min(top, reached) + 1, SYSTEM_LEVEL);
       return;
     }
     const perSecond = 1000 / elapsed;
-    const budget = (this.rate * (this.options.maxQueueWaitMs + 1000)) / 1000;
     let sum = 0;
     let threshold = 0;
     for (let level = LEVELS - 1; level >= 0; level--) {
       const arriving = arrivals[level]! * perSecond;
       const next = sum + queuedAt[level]! + arriving;
+      // What may wait within this level's bound, plus what the next second serves.
+      const budget = (this.rate * (this.bound(level) + 1000)) / 1000;
       if (next > budget) {
         const room = budget - sum - queuedAt[level]!;
         const admitted = room > 0 && arriving > 0 ? Math.min(1, room / arriving) : 0;
@@ -276,22 +312,49 @@ export class Prioritizer {
     this.currentThreshold = Math.min(threshold, SYSTEM_LEVEL);
   }
 
-  /** Seconds a refused client should wait before retrying. */
-  retryAfterSecs(): number {
-    const wait = Number.isFinite(this.predictedWait) ? this.predictedWait : this.options.maxQueueWaitMs * 4;
+  /** Seconds a refused client (of `cls`) should wait before retrying. */
+  retryAfterSecs(cls: PriorityClass = "bulk"): number {
+    const wait = Number.isFinite(this.predictedWait)
+      ? this.predictedWait
+      : this.bounds[RANK_BASE[cls] / 100]! * 4;
     return Math.max(1, Math.min(60, Math.ceil(wait / 1000)));
   }
 
   status(): PrioritizerStatus {
     const codelShedding = [...this.sojourn].filter(([, s]) => s.shedding).map(([cls]) => cls);
+    const boundsMs = {} as Record<PriorityClass, number>;
+    CLASSES_BY_RANK.forEach((cls, rank) => {
+      boundsMs[cls] = this.bounds[rank]!;
+    });
     return {
       threshold: this.currentThreshold,
+      boundsMs,
       predictedWaitMs: Number.isFinite(this.predictedWait) ? this.predictedWait : -1,
       completionsPerSec: this.rate,
       queued: this.queuedTotal,
       codelShedding,
       shed: this.shedCount,
     };
+  }
+
+  /** The wait bound of a level's class. */
+  private bound(level: number): number {
+    return this.bounds[Math.min(3, Math.floor(level / 100))]!;
+  }
+
+  /**
+   * Does some class's predicted wait (the requests queued at or above its levels, over the
+   * completion rate) pass its bound? With one bound for all, that is the whole queue's wait.
+   */
+  private pastBound(queuedAt: Float64Array): boolean {
+    let ahead = 0;
+    for (let rank = 3; rank >= 0; rank--) {
+      let inClass = 0;
+      for (let level = rank * 100; level < rank * 100 + 100; level++) inClass += queuedAt[level]!;
+      ahead += inClass;
+      if (inClass > 0 && (ahead * 1000) / this.rate > this.bounds[rank]!) return true;
+    }
+    return false;
   }
 
   private closeInterval(s: { min: number; since: number; shedding: boolean }, now: number): void {

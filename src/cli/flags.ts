@@ -599,7 +599,7 @@ const sheddableClass = z.enum(["bulk", "default", "interactive"], {
 });
 const positive = () => z.number({ error: "must be a number" }).gt(0, "must be > 0");
 const loadSheddingSchema = z.strictObject({
-  max_queue_wait_ms: positive(),
+  max_queue_wait_ms: positive().optional(),
   usage_half_life_secs: positive().optional(),
   codel_classes: z.array(sheddableClass).optional(),
   codel_target_ms: positive().optional(),
@@ -893,8 +893,10 @@ function sheddingSettings(
     return parsed.data;
   };
   const shedding: LoadSheddingOptions = {};
-  const p = parse("load_shedding", loadSheddingSchema);
-  if (p !== undefined) {
+  // `load_shedding: false` turns off what adaptive mode would otherwise shed by default.
+  const p = file.load_shedding === false ? false : parse("load_shedding", loadSheddingSchema);
+  if (p === false) shedding.prioritized = false;
+  else if (p !== undefined) {
     shedding.prioritized = {
       maxQueueWaitMs: p.max_queue_wait_ms,
       usageHalfLifeMs: p.usage_half_life_secs === undefined ? undefined : p.usage_half_life_secs * 1000,

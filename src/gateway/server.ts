@@ -7,16 +7,17 @@ import { createServer, type IncomingMessage, type Server, type ServerResponse } 
 import type { AddressInfo } from "node:net";
 import type { Logger } from "pino";
 import { AdaptiveCapacity, heldBackOf } from "../capacity/adaptive.js";
-import { LoadShedding } from "../capacity/load-shedding.js";
+import { LoadShedding, resolveShedding } from "../capacity/load-shedding.js";
 import { PinnableCapacity } from "../capacity/pinned.js";
 import { BudgetBook } from "../core/budgets.js";
 import { CLASSES_HIGH_TO_LOW } from "../core/class.js";
 import { realClock } from "../core/clock.js";
-import type {
-  ClassOverrides,
-  ClassSettingsTable,
-  SchedulerFileSettings,
-  TenantPolicy,
+import {
+  BUILTIN_CLASS_DEFAULTS,
+  type ClassOverrides,
+  type ClassSettingsTable,
+  type SchedulerFileSettings,
+  type TenantPolicy,
 } from "../core/config.js";
 import { ConfigError } from "../core/errors.js";
 import { Dashboard } from "../dashboard/dashboard.js";
@@ -200,10 +201,13 @@ export async function startGateway(options: GatewayOptions, outcomes?: OutcomeSi
         : undefined;
     const capacity = new PinnableCapacity(adaptive ?? discovered);
     let admission = sharedLegacy;
+    const classes =
+      admission === undefined
+        ? poolClasses(policyFile!.classes, models, options.pools, poolLogger)
+        : undefined;
     if (admission === undefined) {
       // The startup check (reservations fit) runs on a real capacity: a pool that has no healthy
       // worker yet is checked against the fallback, then set to what it has.
-      const classes = poolClasses(policyFile!.classes, models, options.pools, poolLogger);
       const create =
         shared === undefined
           ? createInProcessBackend
@@ -211,7 +215,7 @@ export async function startGateway(options: GatewayOptions, outcomes?: OutcomeSi
       admission = create({
         enabled: true,
         defaultMaxClass,
-        classes,
+        classes: classes!,
         tenantPolicies,
         capacity: capacity.capacity > 0 ? capacity.capacity : fallbackCapacity,
         legacy: options.legacy,
@@ -227,8 +231,14 @@ export async function startGateway(options: GatewayOptions, outcomes?: OutcomeSi
     const backend = admission;
     adaptive?.setHeldBack(() => heldBackOf(backend.snapshot().classes));
     let shedding: LoadShedding | undefined;
-    if (options.shedding !== undefined) {
-      const candidate = new LoadShedding(options.shedding, clock);
+    // Legacy admission has no classes of its own: the built-in ones check the block (it stays off).
+    const sheddingOptions = resolveShedding(
+      options.shedding,
+      classes ?? BUILTIN_CLASS_DEFAULTS,
+      adaptive !== undefined,
+    );
+    if (sheddingOptions !== undefined) {
+      const candidate = new LoadShedding(sheddingOptions, clock);
       if (candidate.enabled && backend.mode === "scheduler") shedding = candidate;
       else if (candidate.enabled) {
         poolLogger.warn("load shedding needs the priority scheduler; it is off while admission is legacy");

@@ -746,7 +746,7 @@ export function buildReport(scenario: Scenario, runs: RunResult[]): Report {
         adaptive_max_capacity: scenario.capacity.maxCapacity,
         tpot_slo_ms: scenario.capacity.tpotSloMs ?? null,
         ttft_slo_ms: scenario.capacity.ttftSloMs ?? null,
-        load_shedding: scenario.shedding?.prioritized !== undefined,
+        load_shedding: Boolean(scenario.shedding?.prioritized),
         keyed_shedding: scenario.shedding?.keyed !== undefined,
       },
     },

@@ -22,7 +22,7 @@
  */
 import { AdaptiveCapacity, heldBackOf } from "../capacity/adaptive.js";
 import type { AdaptiveLimitSnapshot } from "../capacity/adaptive-limit.js";
-import { LoadShedding, type LoadSheddingStatus } from "../capacity/load-shedding.js";
+import { LoadShedding, type LoadSheddingStatus, resolveShedding } from "../capacity/load-shedding.js";
 import { Periodic } from "../capacity/periodic.js";
 import { CapacityNotifier, type CapacitySource } from "../capacity/source.js";
 import { BudgetBook, type BudgetHold } from "../core/budgets.js";
@@ -478,7 +478,12 @@ export async function runPolicy(
           clock,
         )
       : undefined;
-    const shedding = sluice && scenario.shedding ? new LoadShedding(scenario.shedding, clock) : undefined;
+    // As in the gateway: adaptive capacity sheds by the classes' queue timeouts unless configured.
+    const sheddingOptions = sluice
+      ? resolveShedding(scenario.shedding, scenario.classes, adaptiveMode)
+      : undefined;
+    const candidate = sheddingOptions ? new LoadShedding(sheddingOptions, clock) : undefined;
+    const shedding = candidate?.enabled ? candidate : undefined;
     const parts = {
       adaptive,
       shedding,

@@ -15,7 +15,7 @@ import {
   type AdaptiveTuning,
   resolveAdaptiveLimitOptions,
 } from "../capacity/adaptive-limit.js";
-import { LoadShedding, type LoadSheddingOptions } from "../capacity/load-shedding.js";
+import { LoadShedding, type LoadSheddingOptions, resolveShedding } from "../capacity/load-shedding.js";
 import { pricingSchema } from "../config/pricing.js";
 import { parseSchedulerConfig, parseSchedulerYaml } from "../config/scheduler-file.js";
 import { PRIORITY_CLASSES, type PriorityClass } from "../core/class.js";
@@ -269,7 +269,7 @@ const sheddableClass = z.enum(["bulk", "default", "interactive"], {
 
 /** The gateway's `load_shedding` block (prioritized shedding), same keys. */
 const loadSheddingSchema = z.strictObject({
-  max_queue_wait_ms: posNum(),
+  max_queue_wait_ms: posNum().optional(),
   usage_half_life_secs: posNum().optional(),
   codel_classes: z.array(sheddableClass, { error: "must be a list of classes" }).optional(),
   codel_target_ms: posNum().optional(),
@@ -305,7 +305,9 @@ function capacitySchemaShape() {
     adaptive_max_capacity: posInt().optional(),
     tpot_slo_ms: posNum().optional(),
     ttft_slo_ms: posNum().optional(),
-    load_shedding: loadSheddingSchema.optional(),
+    load_shedding: z
+      .union([z.literal(false, { error: "must be false or a mapping" }), loadSheddingSchema])
+      .optional(),
     keyed_shedding: keyedSheddingSchema.optional(),
   };
 }
@@ -373,8 +375,11 @@ function issueError(error: z.ZodError, label: string, doc: unknown): ConfigError
   }
   let message = issue.message;
   if (issue.code === "invalid_union" && !("discriminator" in issue) && value !== undefined) {
-    // A plain union (e.g. a duration: seconds or "10m"): report its first branch's complaint.
-    issue = issue.errors[0]?.[0] ?? issue;
+    // A plain union (e.g. a duration: seconds or "10m"): report the complaint of the branch that
+    // took the value's shape (one inside it, as for a mapping with a bad key), else the first's.
+    const firsts = issue.errors.map((e) => e[0]).filter((e) => e !== undefined);
+    issue = firsts.find((e) => e.path.length > 0 || e.code === "unrecognized_keys") ?? firsts[0] ?? issue;
+    parts.push(...issue.path.map(String));
     message = issue.message;
   }
   if (issue.code === "unrecognized_keys") {
@@ -921,7 +926,7 @@ export function resolveScenario(
       }
     }
   }
-  const shedding = sheddingSettings(pol, gw.capacity, at);
+  const shedding = sheddingSettings(pol, gw.capacity, at, settings.classes);
 
   const expectations: Expectation[] = (s.expect ?? []).map((e, i) => {
     if (e.during !== undefined && !phaseNames.has(e.during)) {
@@ -1125,12 +1130,14 @@ function sheddingSettings(
   pol: CapacityKeys,
   gw: CapacityKeys,
   at: (p: string) => string,
+  classes: ClassSettingsTable,
 ): LoadSheddingOptions | undefined {
   const p = pol.load_shedding ?? gw.load_shedding;
   const k = pol.keyed_shedding ?? gw.keyed_shedding;
   if (p === undefined && k === undefined) return undefined;
-  const options: LoadSheddingOptions = {};
-  if (p !== undefined) {
+  let options: LoadSheddingOptions = {};
+  if (p === false) options.prioritized = false;
+  else if (p !== undefined) {
     options.prioritized = {
       maxQueueWaitMs: p.max_queue_wait_ms,
       ...(p.usage_half_life_secs !== undefined ? { usageHalfLifeMs: p.usage_half_life_secs * 1000 } : {}),
@@ -1150,6 +1157,8 @@ function sheddingSettings(
       ...(k.min_percent !== undefined ? { minPercent: k.min_percent } : {}),
     };
   }
+  // A block without max_queue_wait_ms bounds each class's wait by its queue_timeout.
+  options = resolveShedding(options, classes, false)!;
   try {
     new LoadShedding(options, new SimClock(new EventQueue(), 0));
   } catch (err) {

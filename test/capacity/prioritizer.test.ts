@@ -263,3 +263,61 @@ test("CoDel: a class shed whole (no waits at all in an interval) is let in again
   clock.advance(1100);
   assert.equal(p.shouldShed("bulk", 99), false);
 });
+
+describe("a wait bound per class (each class's queue_timeout: adaptive mode's default)", () => {
+  const TIMEOUTS = { system: 30_000, interactive: 30_000, default: 60_000, bulk: 300_000 };
+
+  test("each class is shed only once its own predicted wait passes its bound", () => {
+    const clock = new ManualClock(0);
+    const p = new Prioritizer({ classWaitMs: TIMEOUTS }, clock);
+    // 10 completions/s: 500 default requests queued wait 50 s (under 60), the 2,000 bulk ones
+    // behind them 250 s (under 300). Nothing is shed.
+    const queue = [
+      { level: 150, count: 500 },
+      { level: 50, count: 2000 },
+    ];
+    second(p, clock, 10, queue);
+    assert.equal(p.threshold, 0);
+    // 3,000 bulk: 350 s behind the default queue, past its 300 s. Bulk levels go; default stays.
+    queue[1]!.count = 3000;
+    second(p, clock, 10, queue);
+    assert.ok(p.threshold > 0 && p.threshold <= 100, `threshold ${p.threshold}`);
+    assert.equal(p.shouldShed("default", 150), false);
+    // A single bound of 60 s sheds bulk at the first reading (250 s).
+    const c2 = new ManualClock(0);
+    const s2 = new Prioritizer({ maxQueueWaitMs: 60_000 }, c2);
+    second(s2, c2, 10, [
+      { level: 150, count: 500 },
+      { level: 50, count: 2000 },
+    ]);
+    assert.ok(s2.threshold > 0, "one bound for all sheds bulk at 250 s");
+    assert.equal(s2.status().boundsMs.bulk, 60_000);
+    assert.deepEqual(p.status().boundsMs, TIMEOUTS);
+  });
+
+  test("nothing completed yet: a class is refused once the queue has stood its bound, not before", () => {
+    const clock = new ManualClock(0);
+    const p = new Prioritizer({ classWaitMs: { ...TIMEOUTS, bulk: 5_000 } }, clock);
+    // Idle for a minute: the queue that forms now has no history.
+    for (let i = 0; i < 60; i++) second(p, clock, 0, []);
+    const queue = [{ level: 150, count: 3 }];
+    for (let s = 1; s < 5; s++) {
+      second(p, clock, 0, queue);
+      assert.equal(p.threshold, 0, `${s} s without a completion`);
+    }
+    // Five seconds without a completion: bulk (bound 5 s) is refused, default (60 s) still queues.
+    second(p, clock, 0, queue);
+    assert.equal(p.threshold, 100);
+    assert.equal(p.shouldShed("bulk", 99), true);
+    assert.equal(p.shouldShed("default", 150), false);
+    assert.equal(p.retryAfterSecs("bulk"), 20, "no forecast: four times the class's bound");
+  });
+
+  test("a class bound must be > 0, named by the class's key", () => {
+    assert.throws(
+      () => new Prioritizer({ classWaitMs: { ...TIMEOUTS, default: 0 } }, new ManualClock(0)),
+      /classes\.default\.queue_timeout_secs/,
+    );
+    assert.throws(() => new Prioritizer({}, new ManualClock(0)), /load_shedding\.max_queue_wait_ms/);
+  });
+});

@@ -62,6 +62,64 @@ describe("prioritized shedding over HTTP", () => {
   });
 });
 
+describe("adaptive mode sheds by the classes' queue timeouts unless configured", () => {
+  const classes = { bulk: { queue_timeout_secs: 5 } };
+
+  test("a class is refused once its wait would pass its queue_timeout; the classes above still queue", async (t) => {
+    const clock = new ManualClock(Date.UTC(2026, 10, 24, 12));
+    const fleet = await startFleet(t, {
+      workers: [SLOW],
+      schedulerYaml: schedulerDoc({ classes }),
+      gateway: { clock, capacity: { mode: "adaptive", minCapacity: 1 } },
+    });
+    const shedding = fleet.gateway.shedding!;
+    const status = shedding.status().prioritized!;
+    assert.equal(status.maxQueueWaitMs, null);
+    assert.deepEqual(status.boundsMs, { bulk: 5000, default: 60_000, interactive: 30_000, system: 30_000 });
+    const running = [0, 1].map(() => fleet.hold({ max_tokens: 20 }, priority("interactive")));
+    await waitQueued(fleet, 0, 2);
+    const queued = [0, 1, 2].map(() => fleet.hold({ max_tokens: 20 }, priority("default")));
+    await waitQueued(fleet, 3, 2);
+    // Nothing completes: four seconds is under bulk's bound, so a bulk request still queues.
+    for (let s = 0; s < 4; s++) clock.advance(1000);
+    assert.equal(shedding.status().prioritized!.threshold, 0);
+    const early = fleet.hold({ max_tokens: 2 }, priority("bulk"));
+    await waitQueued(fleet, 4, 2);
+    await early.cancel();
+    await waitQueued(fleet, 3, 2);
+    // Five seconds without a completion: a bulk request would wait in vain. Default still queues.
+    clock.advance(1000);
+    assert.equal(shedding.status().prioritized!.threshold, 100);
+    const shed = await fleet.chat({ max_tokens: 2 }, priority("bulk"));
+    assertError(shed, 503, "load_shed");
+    assert.equal(shed.headers["retry-after"], "20");
+    const waiting = fleet.hold({ max_tokens: 2 }, priority("default"));
+    await waitQueued(fleet, 4, 2);
+    await waiting.cancel();
+    const m = await fleet.scrape();
+    assert.equal(metric(m, "sluice_load_shed_total", { class: "bulk", reason: "level" }), 1);
+    for (const h of [...running, ...queued]) await h.cancel();
+  });
+
+  test("static mode keeps the contract (no shedding unless configured); load_shedding: false turns it off", async (t) => {
+    const plain = await startFleet(t, { workers: [SLOW], schedulerYaml: schedulerDoc({ classes }) });
+    assert.equal(plain.gateway.shedding, undefined);
+    const off = await startFleet(t, {
+      workers: [SLOW],
+      schedulerYaml: schedulerDoc({ classes }),
+      gateway: { capacity: { mode: "adaptive", minCapacity: 1 }, shedding: { prioritized: false } },
+    });
+    assert.equal(off.gateway.shedding, undefined);
+    // A block without max_queue_wait_ms takes the class timeouts in static mode too.
+    const perClass = await startFleet(t, {
+      workers: [SLOW],
+      schedulerYaml: schedulerDoc({ classes }),
+      gateway: { shedding: { prioritized: { usageHalfLifeMs: 30_000 } } },
+    });
+    assert.equal(perClass.gateway.shedding!.status().prioritized!.boundsMs.bulk, 5000);
+  });
+});
+
 describe("keyed shedding over HTTP", () => {
   test("a session is either served or refused for the whole window; other classes untouched", async (t) => {
     const clock = new ManualClock(Date.UTC(2026, 10, 23, 12));
@@ -171,14 +229,17 @@ describe("configuration", () => {
     const f = parseGatewayArgs(["--config", file]);
     assert.equal(f.capacity.mode, "adaptive");
     assert.equal(f.capacity.tpotSloMs, 80);
-    assert.equal(f.shedding.prioritized?.maxQueueWaitMs, 4000);
-    assert.deepEqual(f.shedding.prioritized?.codelClasses, ["bulk"]);
+    const prioritized = f.shedding.prioritized;
+    assert.ok(prioritized);
+    assert.equal(prioritized.maxQueueWaitMs, 4000);
+    assert.deepEqual(prioritized.codelClasses, ["bulk"]);
     assert.equal(f.shedding.keyed?.rotationWindowMs, 120_000);
     assert.equal(f.shedding.keyed?.header, "X-Session-Id");
 
     const bad: Array<[string, RegExp]> = [
       ["load_shedding: {max_queue_wait_ms: 0}", /load_shedding\.max_queue_wait_ms: must be > 0/],
-      ["load_shedding: {}", /load_shedding\.max_queue_wait_ms/],
+      ["load_shedding: true", /load_shedding: /],
+      ["load_shedding: [1]", /load_shedding: /],
       [
         "load_shedding: {max_queue_wait_ms: 10, codel_classes: [system]}",
         /load_shedding\.codel_classes\.0: .*system is never shed/,
@@ -192,6 +253,15 @@ describe("configuration", () => {
       write(`worker_urls: [http://127.0.0.1:9]\n${line}\n`);
       assert.throws(() => parseGatewayArgs(["--config", file]), pattern, line);
     }
+
+    // Without max_queue_wait_ms each class's queue_timeout bounds its wait; false turns it off.
+    write("worker_urls: [http://127.0.0.1:9]\nload_shedding: {usage_half_life_secs: 30}\n");
+    const perClass = parseGatewayArgs(["--config", file]).shedding.prioritized;
+    assert.ok(perClass);
+    assert.equal(perClass.maxQueueWaitMs, undefined);
+    assert.equal(perClass.usageHalfLifeMs, 30_000);
+    write("worker_urls: [http://127.0.0.1:9]\ncapacity_mode: adaptive\nload_shedding: false\n");
+    assert.equal(parseGatewayArgs(["--config", file]).shedding.prioritized, false);
   });
 });
 
