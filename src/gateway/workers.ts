@@ -57,6 +57,12 @@ export class Worker {
   /** The group (model pool) the worker is in now; undefined while it is in none. */
   group: WorkerGroup | undefined;
   healthy = false;
+  /**
+   * Has it ever passed a check? One that has not is joining, not returning: its first pass admits
+   * it (a worker still loading its model when the gateway starts is served from its first 200),
+   * and the probe rounds run faster until it does (WorkerPool.armProbes).
+   */
+  everHealthy = false;
   /** Requests this gateway has in flight on the worker (the load routing policies balance). */
   inflight = 0;
   /**
@@ -139,6 +145,7 @@ export class Worker {
   record(ok: boolean, options: HealthCheckOptions, first: boolean): boolean {
     if (first) {
       this.healthy = ok;
+      this.everHealthy = ok;
       this.failures = ok ? 0 : 1;
       this.successes = ok ? 1 : 0;
       return true;
@@ -146,8 +153,10 @@ export class Worker {
     if (ok) {
       this.failures = 0;
       this.successes++;
-      if (!this.healthy && this.successes >= options.successThreshold) {
+      // The success threshold guards a worker coming back from failures, not one joining.
+      if (!this.healthy && (this.successes >= options.successThreshold || !this.everHealthy)) {
         this.healthy = true;
+        this.everHealthy = true;
         return true;
       }
     } else {
@@ -249,6 +258,9 @@ const ROOM_WAIT_MS = 5000;
 /** What a caller that has no request to describe routes with: no prompt, no headers. */
 const NO_REQUEST: RoutingRequest = { json: undefined, promptText: () => "", header: () => undefined };
 
+/** The first probe round's delay while a worker has never passed a check. */
+const JOINING_FIRST_DELAY_MS = 1000;
+
 export class WorkerPool {
   readonly workers: Worker[];
   /** Every worker as one group: the choice when a request names no model pool. */
@@ -257,6 +269,8 @@ export class WorkerPool {
   private readonly clock: Clock;
   private timer: TimerHandle | undefined;
   private started = false;
+  /** The next round's delay while a worker has never passed a check (see armProbes). */
+  private joiningDelayMs = JOINING_FIRST_DELAY_MS;
   private readonly changeListeners: Array<() => void> = [];
   private closed = false;
   /** Timers that re-check an open circuit when its cooldown ends (capacity comes back half-open). */
@@ -290,13 +304,24 @@ export class WorkerPool {
     this.armProbes();
   }
 
-  /** The next probe round, one interval after the last one ended: rounds never overlap. */
+  /**
+   * The next probe round, one interval after the last one ended: rounds never overlap. While a
+   * worker has never passed a check (started before it, or still loading its model), rounds come
+   * sooner: 1 s, then doubling up to the interval, so a fleet started together serves within about
+   * a second instead of an interval or two, and a worker that never comes costs little.
+   */
   private armProbes(): void {
     if (this.closed) return;
+    const intervalMs = this.options.health.intervalSecs * 1000;
+    let delayMs = intervalMs;
+    if (this.workers.some((w) => !w.everHealthy)) {
+      delayMs = Math.min(intervalMs, this.joiningDelayMs);
+      this.joiningDelayMs *= 2;
+    } else this.joiningDelayMs = JOINING_FIRST_DELAY_MS;
     this.timer = this.clock.setTimer(() => {
       this.timer = undefined;
       void this.probeAll().finally(() => this.armProbes());
-    }, this.options.health.intervalSecs * 1000);
+    }, delayMs);
   }
 
   /** Calls `listener` whenever the healthy set or a worker's capacity may have changed. */

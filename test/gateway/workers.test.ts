@@ -128,4 +128,42 @@ describe("gateway workers: health and capacity", () => {
     assert.ok(fleet.logs.some((l) => l.msg === "worker unhealthy" && l.worker === dead.url));
     await waitFor(() => clock.pendingTimers() === 1, "the next round armed after this one ended");
   });
+  test("a worker down when the gateway starts is probed every 1, 2, 4 s (up to the interval) and serves from its first passing check", async (t) => {
+    const clock = new ManualClock();
+    const fleet = await startFleet(t, {
+      workers: [{ maxRunningRequests: 4, healthy: false }, { maxRunningRequests: 6 }],
+      schedulerYaml: RESERVING_YAML,
+      // Three passes bring back a worker that failed; a joining one needs one.
+      health: { successThreshold: 3, failureThreshold: 2 },
+      gateway: { clock },
+    });
+    const joining = fleet.gateway.workers.workers[0]!;
+    assert.equal(joining.healthy, false);
+    assert.equal(fleet.snapshot().capacity, 6);
+    const round = async (ms: number) => {
+      clock.advance(ms - 1);
+      assert.equal(clock.pendingTimers(), 1, `no round before ${ms} ms`);
+      clock.advance(1);
+      await waitFor(() => clock.pendingTimers() === 1, "the round ended and armed the next");
+    };
+    await round(1000);
+    await round(2000);
+    fleet.workers[0]!.setHealthy(true);
+    await round(4000);
+    assert.equal(joining.healthy, true, "one pass admits a worker that never served");
+    await waitFor(() => fleet.snapshot().capacity === 10, "its capacity joins");
+    // Everyone has joined: rounds are back at the interval, and a worker that fails and returns
+    // needs the success threshold.
+    await round(HEALTH_INTERVAL_MS);
+    fleet.workers[0]!.setHealthy(false);
+    await round(HEALTH_INTERVAL_MS);
+    await round(HEALTH_INTERVAL_MS);
+    assert.equal(joining.healthy, false);
+    fleet.workers[0]!.setHealthy(true);
+    await round(HEALTH_INTERVAL_MS);
+    await round(HEALTH_INTERVAL_MS);
+    assert.equal(joining.healthy, false, "two passes of three");
+    await round(HEALTH_INTERVAL_MS);
+    assert.equal(joining.healthy, true);
+  });
 });
