@@ -4,14 +4,18 @@
  * in and out, dispatched to a worker, one latency sample), with one controller per worker for
  * fleets of 1 to 1,024 workers and a window closed every 1,000 requests. The reference, measured
  * in the same run: the core scheduler's uncontended acquire + release (`await` per operation),
- * which every request pays in either capacity mode.
+ * which every request pays in either capacity mode. Adaptive mode also sheds at the door by
+ * default (prioritized, bounded by the classes' queue timeouts), so each request makes the shed
+ * stage's calls too: the check, queue in and out with its wait, and its tokens when it ends.
  *
  * Prints a markdown table; BENCH_WRITE=1 also rewrites the adaptive-feedback section of
  * BENCHMARKS.md. Knobs: BENCH_OPS (requests per sample, default 200,000), BENCH_SAMPLES (default 5).
  */
 import { fileURLToPath } from "node:url";
 import { AdaptiveCapacity, type AdaptiveWorker } from "../src/capacity/adaptive.js";
+import { LoadShedding, resolveShedding } from "../src/capacity/load-shedding.js";
 import type { CapacitySource } from "../src/capacity/source.js";
+import { BUILTIN_CLASS_DEFAULTS } from "../src/core/config.js";
 import { createScheduler, ManualClock } from "../src/index.js";
 import { describeMachine, machine, writeMarkedSection } from "./lib/report.js";
 import { fmtFixed, fmtInt, median, settleHeap } from "./lib/stats.js";
@@ -22,6 +26,8 @@ const FLEETS = [1, 4, 32, 256, 1024];
 /** Requests per controller window (a window is a second: 1,000 requests/s through the pool). */
 const PER_WINDOW = 1000;
 const REPORTED = 128;
+/** Tenants the requests come from (the shedder's usage levels are per tenant). */
+const TENANTS = Array.from({ length: 64 }, (_, i) => `tenant-${i}`);
 
 class BenchWorker implements AdaptiveWorker {
   inflight = 0;
@@ -32,6 +38,7 @@ class BenchWorker implements AdaptiveWorker {
 
 interface Fleet {
   capacity: AdaptiveCapacity;
+  shedding: LoadShedding;
   clock: ManualClock;
   workers: BenchWorker[];
   /** Requests in flight, oldest first (a ring): each new request retires the oldest. */
@@ -49,16 +56,25 @@ function fleet(size: number): Fleet {
     { minCapacity: 1, tpotSloMs: 50, workers: () => workers },
     clock,
   );
+  const shedding = new LoadShedding(resolveShedding(undefined, BUILTIN_CLASS_DEFAULTS, true)!, clock);
+  shedding.start();
   // Half the reported capacity in flight: every controller's limit is in use, none binds.
-  return { capacity, clock, workers, ring: new Array(Math.max(1, (size * REPORTED) >> 1)), at: 0, served: 0 };
+  const ring = new Array(Math.max(1, (size * REPORTED) >> 1));
+  return { capacity, shedding, clock, workers, ring, at: 0, served: 0 };
 }
 
 /** One request's feedback, as the gateway's lifecycle gives it (lifecycle.ts, lease.ts). */
 function request(f: Fleet, i: number): void {
   const c = f.capacity;
+  const sh = f.shedding;
   const w = f.workers[i % f.workers.length]!;
+  const tenant = TENANTS[i % TENANTS.length]!;
+  if (sh.check("default", tenant, undefined).shed) throw new Error("shed with nothing queued");
+  sh.queue("default", tenant, 1);
   c.queued(1);
   c.queued(-1);
+  sh.queue("default", tenant, -1);
+  sh.queueWait("default", 0);
   c.inflight(1);
   w.inflight++;
   c.dispatched(w.url);
@@ -73,6 +89,7 @@ function request(f: Fleet, i: number): void {
     );
     old.inflight--;
     c.inflight(-1);
+    sh.served("default", TENANTS[(i + 1) % TENANTS.length]!, 250);
   }
   if (++f.served % PER_WINDOW === 0) {
     f.clock.advance(1000);
@@ -120,7 +137,7 @@ async function main(): Promise<void> {
     "## Adaptive capacity's cost per request (`npm run bench:adaptive`)",
     "",
     `- Date: ${new Date().toISOString()}; machine: ${describeMachine(m)}.`,
-    `- Method: ${fmtInt(OPS)} requests per sample, median of ${SAMPLES} samples after a warm-up, interleaved with the reference. Each request makes the gateway's feedback calls (queued in and out, in flight in and out, dispatched to a worker, one TPOT and TTFT sample) to \`AdaptiveCapacity\` with one controller per worker; a window closes every ${fmtInt(PER_WINDOW)} requests (on a manual clock); half the reported capacity (${REPORTED} per worker) is in flight. Reference, same run: the core scheduler's uncontended \`await acquire()\` + \`release()\`, ${fmtFixed(ref, 0)} ns, which every request pays in either capacity mode.`,
+    `- Method: ${fmtInt(OPS)} requests per sample, median of ${SAMPLES} samples after a warm-up, interleaved with the reference. Each request makes the gateway's feedback calls (queued in and out, in flight in and out, dispatched to a worker, one TPOT and TTFT sample) to \`AdaptiveCapacity\` with one controller per worker, and the shed stage's (the check, queue in and out with its wait, its tokens at the end; 64 tenants) to the prioritizer adaptive mode runs by default; a window closes every ${fmtInt(PER_WINDOW)} requests (on a manual clock); half the reported capacity (${REPORTED} per worker) is in flight. Reference, same run: the core scheduler's uncontended \`await acquire()\` + \`release()\`, ${fmtFixed(ref, 0)} ns, which every request pays in either capacity mode.`,
     "",
     "| Workers | ns per request | vs acquire + release | pool limit at the end | windows |",
     "| ---: | ---: | ---: | ---: | ---: |",

@@ -76,8 +76,12 @@ export class LoadShedding {
   readonly keyed: KeyedAdmission | undefined;
   readonly sessionHeader: string | undefined;
   private readonly keyedClasses: ReadonlySet<PriorityClass>;
-  /** Queued requests per class and tenant: the prioritizer's level histogram. */
-  private readonly queued = new Map<PriorityClass, Map<string, number>>();
+  /**
+   * Queued requests per class and tenant: the prioritizer's level histogram. A count is a mutable
+   * cell, kept at 0 until the next calibration prunes it: a request queued and let in at once costs
+   * one Map lookup each way, not a set and a delete.
+   */
+  private readonly queued = new Map<PriorityClass, Map<string, { n: number }>>();
   private readonly calibration: Periodic;
 
   constructor(
@@ -117,7 +121,10 @@ export class LoadShedding {
     if (p !== undefined) {
       const histogram: Array<{ level: number; count: number }> = [];
       for (const [cls, byTenant] of this.queued) {
-        for (const [tenant, count] of byTenant) histogram.push({ level: p.level(cls, tenant), count });
+        for (const [tenant, count] of byTenant) {
+          if (count.n > 0) histogram.push({ level: p.level(cls, tenant), count: count.n });
+          else byTenant.delete(tenant);
+        }
       }
       p.calibrate(histogram);
     }
@@ -152,9 +159,9 @@ export class LoadShedding {
       byTenant = new Map();
       this.queued.set(cls, byTenant);
     }
-    const n = (byTenant.get(tenant) ?? 0) + delta;
-    if (n <= 0) byTenant.delete(tenant);
-    else byTenant.set(tenant, n);
+    const count = byTenant.get(tenant);
+    if (count !== undefined) count.n = Math.max(0, count.n + delta);
+    else if (delta > 0) byTenant.set(tenant, { n: delta });
   }
 
   /** How long a request of `cls` waited for its slot (admitted or not). */
