@@ -239,8 +239,10 @@ export async function startGateway(options: GatewayOptions, outcomes?: OutcomeSi
     );
     if (sheddingOptions !== undefined) {
       const candidate = new LoadShedding(sheddingOptions, clock);
+      const configured = Boolean(options.shedding?.prioritized) || options.shedding?.keyed !== undefined;
       if (candidate.enabled && backend.mode === "scheduler") shedding = candidate;
-      else if (candidate.enabled) {
+      else if (candidate.enabled && configured) {
+        // Only what the operator asked for: adaptive mode's default shedding is quietly off here.
         poolLogger.warn("load shedding needs the priority scheduler; it is off while admission is legacy");
       }
     }

@@ -117,6 +117,22 @@ describe("adaptive mode sheds by the classes' queue timeouts unless configured",
       gateway: { shedding: { prioritized: { usageHalfLifeMs: 30_000 } } },
     });
     assert.equal(perClass.gateway.shedding!.status().prioritized!.boundsMs.bulk, 5000);
+    // Legacy admission cannot shed: the default is quietly off, a configured block is warned about.
+    const warning = "load shedding needs the priority scheduler; it is off while admission is legacy";
+    const legacy = await startFleet(t, {
+      workers: [SLOW],
+      priorityScheduler: { enabled: false },
+      gateway: { capacity: { mode: "adaptive", minCapacity: 1 } },
+    });
+    assert.equal(legacy.gateway.shedding, undefined);
+    assert.ok(!legacy.logs.some((l) => l.msg === warning));
+    const legacyConfigured = await startFleet(t, {
+      workers: [SLOW],
+      priorityScheduler: { enabled: false },
+      gateway: { shedding: { prioritized: { maxQueueWaitMs: 1000 } } },
+    });
+    assert.equal(legacyConfigured.gateway.shedding, undefined);
+    assert.ok(legacyConfigured.logs.some((l) => l.msg === warning));
   });
 });
 
