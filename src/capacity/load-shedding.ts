@@ -25,8 +25,8 @@ export interface KeyedSheddingOptions extends KeyedAdmissionOptions {
 
 export interface LoadSheddingOptions {
   /**
-   * Prioritized shedding; off when absent (in adaptive mode, absent means the default of
-   * `adaptiveSheddingDefault`), and off when false.
+   * Prioritized shedding; off when absent or false (`resolveShedding` turns absent into the class
+   * timeouts in adaptive mode, and fills in the bounds of a block that sets none).
    */
   prioritized?: PrioritizerOptions | false | undefined;
   /** Keyed shedding; off when absent. */
