@@ -218,6 +218,12 @@ export interface AdaptiveLimitOptions extends Partial<AdaptiveTuning> {
   ttftSloMs?: number | undefined;
   /** Called once when the limit gets pinned at a bound (again after it has left it). */
   onBound?: ((event: AdaptiveBoundEvent) => void) | undefined;
+  /**
+   * Delays the first periodic re-probe by this fraction of probeIntervalMs (0..1; default 0). A
+   * fleet's per-worker controllers get different ones, so their probes, which step each limit
+   * down, take turns instead of lowering the whole pool's limit at once.
+   */
+  probeOffset?: number | undefined;
 }
 
 export interface ResolvedAdaptiveLimitOptions extends AdaptiveTuning {
@@ -602,6 +608,8 @@ export class AdaptiveLimit {
   /** How many probeSteps the next probe step takes (1, 2 or 4): it doubles while steps cost nothing. */
   private probeDepth = 1;
   private nextProbeAt: number;
+  /** Added once, to the first periodic re-probe's time (see AdaptiveLimitOptions.probeOffset). */
+  private probeOffsetMs: number;
   /** Latency decreases since the last increase (holds do not reset it). */
   private consecutiveDecreases = 0;
   /** The running probe was started by probeAfterDecreases: its steps wait for fresh samples. */
@@ -652,6 +660,8 @@ export class AdaptiveLimit {
     this.allStores = [this.tpot, ...this.ttft, this.ttftAll];
     this.windowStart = clock.now();
     this.nextProbeAt = Number.POSITIVE_INFINITY;
+    const offset = options.probeOffset ?? 0;
+    this.probeOffsetMs = offset > 0 && offset < 1 ? offset * this.options.probeIntervalMs : 0;
     this.current = this.options.minCapacity;
     this.setLimit(Math.floor(this.options.initialCapacity));
   }
@@ -1025,7 +1035,9 @@ export class AdaptiveLimit {
     this.probePoint = undefined;
     this.probes++;
     this.consecutiveDecreases = 0;
-    this.nextProbeAt = o.probeIntervalMs > 0 ? w.now + o.probeIntervalMs : Number.POSITIVE_INFINITY;
+    this.nextProbeAt =
+      o.probeIntervalMs > 0 ? w.now + o.probeIntervalMs + this.probeOffsetMs : Number.POSITIVE_INFINITY;
+    this.probeOffsetMs = 0;
     this.tpot.baseline = p90;
     this.tpot.updatedAt = w.now;
     for (let i = 0; i < BUCKETS; i++) {

@@ -112,6 +112,8 @@ export type AdaptiveCapacitySnapshot = AdaptiveLimitSnapshot & {
 
 /** The pool itself, as the one "worker" of a pool-wide controller. */
 const POOL = "*";
+/** 1 / golden ratio: successive multiples mod 1 are as evenly spread as can be. */
+const GOLDEN = 0.6180339887498949;
 
 interface Controlled {
   controller: AdaptiveLimit;
@@ -127,6 +129,8 @@ export class AdaptiveCapacity implements CapacitySource, CapacityFeedback {
   private queuedPeak = 0;
   private readonly windows: Periodic;
   private readonly controllers = new Map<string, Controlled>();
+  /** Per-worker controllers made so far: the next one's re-probe offset. */
+  private workerControllers = 0;
   private heldBackSource: (() => number) | undefined = undefined;
   private readonly listWorkers: (() => readonly AdaptiveWorker[]) | undefined;
   private readonly minCapacity: number;
@@ -379,6 +383,9 @@ export class AdaptiveCapacity implements CapacitySource, CapacityFeedback {
     quiet = false,
   ): Controlled {
     const onBound = quiet ? undefined : this.onBound;
+    // Workers' controllers take turns at their periodic re-probes (each steps its limit down):
+    // offsets of k x 0.618 (mod 1) of the interval are evenly spread for any fleet size.
+    const probeOffset = worker === undefined ? 0 : (this.workerControllers++ * GOLDEN) % 1;
     const controller = new AdaptiveLimit(
       {
         ...this.base,
@@ -386,6 +393,7 @@ export class AdaptiveCapacity implements CapacitySource, CapacityFeedback {
         maxCapacity: max,
         initialCapacity: initial,
         onBound: onBound ? (e) => onBound(e.bound, e.limit, e.wanted) : undefined,
+        probeOffset,
       },
       this.clock,
     );

@@ -172,6 +172,28 @@ describe("AdaptiveLimit: cold start", () => {
     assert.ok(s.probes >= 2, `probes ${s.probes}`);
   });
 
+  test("probeOffset delays the first periodic re-probe by that share of the interval, then every interval", () => {
+    /** The windows in which a probe ended (the probe count rose). */
+    const probeEnds = (sim: Sim, n: number): number[] => {
+      const ends: number[] = [];
+      let probes = 0;
+      for (let i = 0; i < n; i++) {
+        sim.window();
+        const p = sim.ctl.snapshot().probes;
+        if (p > probes) ends.push(i);
+        probes = p;
+      }
+      return ends;
+    };
+    const plain = probeEnds(new Sim(), 1000);
+    const offset = probeEnds(new Sim({ probeOffset: 0.5 }), 1000);
+    assert.ok(plain.length >= 3 && offset.length >= 3, `${plain} / ${offset}`);
+    assert.equal(offset[0], plain[0], "the cold start's probe is not delayed");
+    const lag = offset[1]! - plain[1]!;
+    assert.ok(lag >= 145 && lag <= 155, `first re-probe ${lag} windows later (half of 300)`);
+    assert.ok(Math.abs(offset[2]! - offset[1]! - (plain[2]! - plain[1]!)) <= 5, "then every interval");
+  });
+
   test("below the knee with enough demand it grows to the knee", (t) => {
     const sim = new Sim({ initialCapacity: 8 });
     const limits = sim.run(300);
