@@ -312,8 +312,8 @@ export class Prioritizer {
     this.currentThreshold = Math.min(threshold, SYSTEM_LEVEL);
   }
 
-  /** Seconds a refused client (of `cls`) should wait before retrying. */
-  retryAfterSecs(cls: PriorityClass = "bulk"): number {
+  /** Seconds a refused client of `cls` should wait before retrying (its bound x 4 with no forecast). */
+  retryAfterSecs(cls: PriorityClass): number {
     const wait = Number.isFinite(this.predictedWait)
       ? this.predictedWait
       : this.bounds[RANK_BASE[cls] / 100]! * 4;

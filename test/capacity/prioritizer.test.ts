@@ -71,7 +71,7 @@ describe("calibration", () => {
     assert.equal(p.shouldShed("bulk", 40), true);
     assert.equal(p.shouldShed("bulk", 41), false);
     assert.equal(p.shouldShed("default", 150), false);
-    assert.ok(p.retryAfterSecs() >= 1 && p.retryAfterSecs() <= 60);
+    assert.ok(p.retryAfterSecs("bulk") >= 1 && p.retryAfterSecs("bulk") <= 60);
     assert.equal(p.status().shed, 1);
   });
 
