@@ -23,7 +23,9 @@
  *     per window however many errors.
  *  2. slo: TPOT p90 > tpotSloMs or TTFT p90 (all prompts) > ttftSloMs: shrink with
  *     g = max(minGradient, min(gradient, slo / p90)): limit = floor(limit * (1 - smoothing * (1 - g))),
- *     and by at least sloMinDecrease. Far above (p90 > sloFarAbove x slo), at least to
+ *     and by at least sloMinDecrease; the n-th breach past breachMargin in a row (no window read
+ *     within the SLOs between them) by at least min(sloMaxDecrease, n x sloMinDecrease): a breach
+ *     that persists is no noise. Far above (p90 > sloFarAbove x slo), at least to
  *     limit * max(1/2, (1 - sloMinDecrease) * sloFarAbove * slo / p90): an overload many times the
  *     SLO (a cold start far past the knee) comes down in a few windows, not dozens.
  *  3. decrease: ratio > decreaseAbove: the same shrink with g = max(minGradient, gradient), so a
@@ -75,10 +77,12 @@
  *  - when the baseline looks stale ("probing"): probeAfterDecreases latency decreases without an
  *    increase between them (the latency does not come down: is it load? Such a probe runs in an
  *    overload, so its steps, like a cold start's, are judged only by samples measured wholly after
- *    they took effect), TPOT ratio < 1 / decreaseAbove while in use
- *    (the baseline is too high), every probeIntervalMs, or on `recalibrate()`. A re-probe starts
- *    only in an in-use window with a TPOT signal, no error and no SLO breach, and gives up (the old
- *    baselines stay) at a window that is not so.
+ *    they took effect), every probeIntervalMs, or on `recalibrate()`. A re-probe starts only in an
+ *    in-use window with a TPOT signal, no error and no SLO breach, and gives up (the old baselines
+ *    stay) at a window that is not so.
+ * A TPOT p90 under 1 / decreaseAbove of its baseline in such a window (the baseline is too high: an
+ * incident or a slowdown is over) re-bases TPOT there at once instead; that window's reading still
+ * counts (room: rule 4).
  *
  * Bounds: a limit that would leave [minCapacity, maxCapacity] stays at the bound; the first such
  * window of an episode calls `onBound` (and `snapshot().bound` says which); probe steps do not
@@ -122,6 +126,9 @@
  *   sloMinDecrease         adaptive_slo_min_decrease             0.1 (an SLO breach takes at least 10%
  *                                                                off: symmetric with the increases, so
  *                                                                noise cannot ratchet the limit up)
+ *   sloMaxDecrease         adaptive_slo_max_decrease             0.3 (breaches in a row take 10%, 20%,
+ *                                                                then 30% each; >= sloMinDecrease,
+ *                                                                which it follows when unset)
  *   sloFarAbove            adaptive_slo_far_above                2 (p90 past 2x a ceiling: the cut is
  *                                                                proportional, up to half; >= 1)
  *   breachHoldMs           adaptive_breach_hold_ms               30000 (a breached level binds
@@ -203,6 +210,7 @@ export interface AdaptiveTuning {
   sloReference: number;
   sloReferenceCap: number;
   sloMinDecrease: number;
+  sloMaxDecrease: number;
   sloFarAbove: number;
   breachHoldMs: number;
   breachHoldMaxMs: number;
@@ -256,6 +264,7 @@ export const ADAPTIVE_LIMIT_DEFAULTS: Readonly<AdaptiveTuning> = Object.freeze({
   sloReference: 0.9,
   sloReferenceCap: 1.5,
   sloMinDecrease: 0.1,
+  sloMaxDecrease: 0.3,
   sloFarAbove: 2,
   breachHoldMs: 30_000,
   breachHoldMaxMs: 300_000,
@@ -290,11 +299,22 @@ export const ADAPTIVE_LIMIT_KEYS = Object.freeze({
   sloReference: "adaptive_slo_reference",
   sloReferenceCap: "adaptive_slo_reference_cap",
   sloMinDecrease: "adaptive_slo_min_decrease",
+  sloMaxDecrease: "adaptive_slo_max_decrease",
   sloFarAbove: "adaptive_slo_far_above",
   breachHoldMs: "adaptive_breach_hold_ms",
   breachHoldMaxMs: "adaptive_breach_hold_max_ms",
   breachMargin: "adaptive_breach_margin",
 } as const satisfies Record<keyof ResolvedAdaptiveLimitOptions, string>);
+
+/**
+ * The tuning constants' YAML keys with their options: every key but the bounds, the SLOs and the
+ * discovered capacity. They are the keys of an `adaptive_tuning` block (gateway file, simulator).
+ */
+export const ADAPTIVE_TUNING_KEYS = Object.freeze(
+  (Object.keys(ADAPTIVE_LIMIT_DEFAULTS) as (keyof AdaptiveTuning)[]).map(
+    (option) => [option, ADAPTIVE_LIMIT_KEYS[option]] as const,
+  ),
+);
 
 /** Largest sampleCap accepted (7 stores of 8-byte samples: 3.5 MiB per controller at most). */
 const MAX_SAMPLE_CAP = 65_536;
@@ -403,6 +423,18 @@ export function resolveAdaptiveLimitOptions(options: AdaptiveLimitOptions): Reso
       `must be >= 0 and < 1 - ${K.probeStep} (${Number((1 - probeStep).toFixed(6))})`,
     );
   }
+  const sloMinDecrease = share(pick("sloMinDecrease"), K.sloMinDecrease);
+  // Unset, it is at least the minimum: raising adaptive_slo_min_decrease alone is no error.
+  const sloMaxDecrease =
+    options.sloMaxDecrease === undefined
+      ? Math.max(d.sloMaxDecrease, sloMinDecrease)
+      : share(options.sloMaxDecrease, K.sloMaxDecrease);
+  if (sloMaxDecrease < sloMinDecrease) {
+    throw new ConfigError(
+      K.sloMaxDecrease,
+      `must be >= ${K.sloMinDecrease} (${sloMaxDecrease} < ${sloMinDecrease})`,
+    );
+  }
   const breachHoldMs = atLeastZero(pick("breachHoldMs"), K.breachHoldMs);
   const breachHoldMaxMs = atLeastZero(pick("breachHoldMaxMs"), K.breachHoldMaxMs);
   if (breachHoldMaxMs < breachHoldMs) {
@@ -437,7 +469,8 @@ export function resolveAdaptiveLimitOptions(options: AdaptiveLimitOptions): Reso
     ttftFloorMs: atLeastZero(pick("ttftFloorMs"), K.ttftFloorMs),
     sloReference: fraction(pick("sloReference"), K.sloReference),
     sloReferenceCap: atLeastOne(pick("sloReferenceCap"), K.sloReferenceCap),
-    sloMinDecrease: share(pick("sloMinDecrease"), K.sloMinDecrease),
+    sloMinDecrease,
+    sloMaxDecrease,
     sloFarAbove: atLeastOne(pick("sloFarAbove"), K.sloFarAbove),
     breachHoldMs,
     breachHoldMaxMs,
@@ -612,6 +645,8 @@ export class AdaptiveLimit {
   private probeOffsetMs: number;
   /** Latency decreases since the last increase (holds do not reset it). */
   private consecutiveDecreases = 0;
+  /** SLO breaches past breachMargin in a row (windows read within the SLOs end the run). */
+  private breachStreak = 0;
   /** The running probe was started by probeAfterDecreases: its steps wait for fresh samples. */
   private freshProbe = false;
   /** The last window increased with latency well under the reference: the next increase is doubled. */
@@ -886,12 +921,21 @@ export class AdaptiveLimit {
 
     // A re-probe, when due and this window can start one: in use, a TPOT signal, no error, no breach.
     const stuck = o.probeAfterDecreases > 0 && this.consecutiveDecreases >= o.probeAfterDecreases;
-    if (
-      (o.probeIntervalMs > 0 && w.now >= this.nextProbeAt) ||
-      stuck ||
-      (rawTpotRatio !== undefined && rawTpotRatio < 1 / o.decreaseAbove && w.inUse)
+    if ((o.probeIntervalMs > 0 && w.now >= this.nextProbeAt) || stuck) this.probeWanted = true;
+    else if (
+      rawTpotRatio !== undefined &&
+      rawTpotRatio < 1 / o.decreaseAbove &&
+      w.inUse &&
+      w.overloads === 0 &&
+      !w.sloBreach
     ) {
-      this.probeWanted = true;
+      // TPOT well under its baseline while in use: the baseline is stale (an incident or a
+      // slowdown is over), so it is re-learnt here, where the limit stands. A probe used to run
+      // instead, and its steps, judged while latency was still falling, each read as free: at the
+      // simulator's incident's end it took the limit from 31 to 20 before the climb began. This
+      // window's own reading stands: latency well under its reference is room (rule 4).
+      this.tpot.baseline = w.tpotP90!;
+      this.tpot.updatedAt = w.now;
     }
     if (this.probeWanted && w.inUse && w.tpotP90 !== undefined && w.overloads === 0 && !w.sloBreach) {
       this.probeWanted = false;
@@ -899,6 +943,7 @@ export class AdaptiveLimit {
       // start's, its steps are judged only by samples measured wholly after they took effect.
       this.freshProbe = stuck;
       this.consecutiveDecreases = 0;
+      this.breachStreak = 0;
       this.boostNext = false; // the window before the next increase will be the probe's
       this.phase = "probing";
       return this.probeWindow(w);
@@ -932,7 +977,15 @@ export class AdaptiveLimit {
       // At least sloMinDecrease: the increases take 5% a window on a low reading, so a breach that
       // took less would let noise ratchet the limit up into the SLO.
       const wanted = this.shrunk(ran, Math.min(gradient, w.sloGradient));
-      const step = Math.min(wanted, ran * (1 - o.sloMinDecrease));
+      // A breach past the margin that persists window after window is no noise: the n-th in a
+      // row takes n x sloMinDecrease, up to sloMaxDecrease, so a limit far over a flat TPOT curve
+      // (every worker 2x slower: the limit must fall 85%) does not come down 10% at a time.
+      this.breachStreak = w.sloGradient * (1 + o.breachMargin) < 1 ? this.breachStreak + 1 : 0;
+      const least = Math.max(
+        o.sloMinDecrease,
+        Math.min(o.sloMaxDecrease, this.breachStreak * o.sloMinDecrease),
+      );
+      const step = Math.min(wanted, ran * (1 - least));
       decision = this.shrink(Math.min(step, this.farCut(ran, w.sloGradient)), "slo");
     } else if (ratio === undefined) {
       decision = "hold";
@@ -959,6 +1012,7 @@ export class AdaptiveLimit {
     // many windows long most windows carry no signal, and a baseline absorbing an overload (60 s
     // half-life up) soon reads it in the dead band; either used to stop the count short of the
     // re-probe and leave the limit far past the knee until the periodic one.
+    if (decision !== "slo" && w.tpotP90 !== undefined) this.breachStreak = 0; // a window read within the SLOs
     if (decision === "decrease") this.consecutiveDecreases++;
     else if (decision === "increase") this.consecutiveDecreases = 0;
     if (decision !== "increase") this.boostNext = false;

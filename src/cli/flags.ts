@@ -8,6 +8,11 @@ import { readFileSync } from "node:fs";
 import { Command, InvalidArgumentError, Option } from "commander";
 import { parse as parseYaml } from "yaml";
 import { z } from "zod";
+import {
+  ADAPTIVE_TUNING_KEYS,
+  type AdaptiveTuning,
+  resolveAdaptiveLimitOptions,
+} from "../capacity/adaptive-limit.js";
 import type { LoadSheddingOptions } from "../capacity/load-shedding.js";
 import { pricingSchema } from "../config/pricing.js";
 import { schedulerFileSchema } from "../config/scheduler-file.js";
@@ -591,6 +596,7 @@ const NON_FLAG_KEYS = new Set([
   "pricing",
   "load_shedding",
   "keyed_shedding",
+  "adaptive_tuning",
   "pools",
 ]);
 
@@ -802,7 +808,7 @@ export function parseGatewayArgs(argv: string[]): GatewayFlags {
     workerApiKey:
       (values.worker_api_key as string | undefined) ?? (process.env.SLUICE_WORKER_API_KEY || undefined),
     maxCostTokens: values.max_cost_tokens as number | undefined,
-    capacity: capacitySettings(values),
+    capacity: capacitySettings(values, file, configPath),
     shedding: sheddingSettings(file, configPath),
     routing: {
       sessionHeader: values.session_header as string,
@@ -920,13 +926,18 @@ function sheddingSettings(
   return shedding;
 }
 
-function capacitySettings(values: Record<string, unknown>): CapacityOptions {
+function capacitySettings(
+  values: Record<string, unknown>,
+  file: Record<string, unknown>,
+  configPath: string | undefined,
+): CapacityOptions {
   const settings: CapacityOptions = {
     mode: values.capacity_mode as CapacityOptions["mode"],
     minCapacity: values.adaptive_min_capacity as number,
     maxCapacity: values.adaptive_max_capacity as number | undefined,
     tpotSloMs: values.tpot_slo_ms as number | undefined,
     ttftSloMs: values.ttft_slo_ms as number | undefined,
+    tuning: adaptiveTuning(file, configPath),
   };
   if (settings.maxCapacity !== undefined && settings.minCapacity! > settings.maxCapacity) {
     throw new ConfigError(
@@ -935,6 +946,40 @@ function capacitySettings(values: Record<string, unknown>): CapacityOptions {
     );
   }
   return settings;
+}
+
+/**
+ * The --config file's `adaptive_tuning` block: the controller's tuning constants by YAML key
+ * (docs/adaptive.md), each checked here by the controller's own rules so a bad one stops startup,
+ * not the first worker's discovery. The rest keep their defaults.
+ */
+function adaptiveTuning(
+  file: Record<string, unknown>,
+  configPath: string | undefined,
+): Partial<AdaptiveTuning> {
+  const block = file.adaptive_tuning;
+  if (block === undefined || block === null) return {};
+  const where = `${configPath}: adaptive_tuning`;
+  if (typeof block !== "object" || Array.isArray(block)) throw new ConfigError(where, "must be a mapping");
+  const byKey = new Map<string, keyof AdaptiveTuning>(
+    ADAPTIVE_TUNING_KEYS.map(([option, key]) => [key, option]),
+  );
+  const tuning: Partial<AdaptiveTuning> = {};
+  for (const [key, value] of Object.entries(block)) {
+    const option = byKey.get(key);
+    if (option === undefined) throw new ConfigError(`${where}.${key}`, "unknown key");
+    if (typeof value !== "number" || !Number.isFinite(value)) {
+      throw new ConfigError(`${where}.${key}`, "must be a number");
+    }
+    tuning[option] = value;
+  }
+  try {
+    resolveAdaptiveLimitOptions({ ...tuning, minCapacity: 1, maxCapacity: 1, initialCapacity: 1 });
+  } catch (err) {
+    if (!(err instanceof ConfigError)) throw err;
+    throw new ConfigError(`${where}.${err.path}`, err.message.slice(err.path.length + 2));
+  }
+  return tuning;
 }
 
 function adminSettings(values: Record<string, unknown>): GatewayFlags["admin"] {

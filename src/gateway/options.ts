@@ -1,5 +1,6 @@
 /** Everything the gateway needs to run, already validated (the CLI builds it from flags and YAML). */
 import type { Logger } from "pino";
+import type { AdaptiveTuning } from "../capacity/adaptive-limit.js";
 import type { LoadSheddingOptions } from "../capacity/load-shedding.js";
 import type { PriorityClass } from "../core/class.js";
 import type { Clock } from "../core/clock.js";
@@ -57,6 +58,8 @@ export interface CapacityOptions {
   tpotSloMs?: number | undefined;
   /** Time-to-first-token ceiling, same rule. */
   ttftSloMs?: number | undefined;
+  /** The controller's tuning constants (the `adaptive_tuning` block); unset ones keep their defaults. */
+  tuning?: Partial<AdaptiveTuning> | undefined;
 }
 
 export interface GatewayOptions {

@@ -184,6 +184,7 @@ export async function startGateway(options: GatewayOptions, outcomes?: OutcomeSi
         ? new AdaptiveCapacity(
             discovered,
             {
+              ...capacityOptions.tuning,
               minCapacity: capacityOptions.minCapacity,
               maxCapacity: capacityOptions.maxCapacity,
               tpotSloMs: capacityOptions.tpotSloMs,

@@ -11,7 +11,7 @@ import { basename, dirname, isAbsolute, resolve } from "node:path";
 import { parse as parseYaml } from "yaml";
 import { z } from "zod";
 import {
-  ADAPTIVE_LIMIT_KEYS,
+  ADAPTIVE_TUNING_KEYS,
   type AdaptiveTuning,
   resolveAdaptiveLimitOptions,
 } from "../capacity/adaptive-limit.js";
@@ -288,9 +288,7 @@ const keyedSheddingSchema = z.strictObject({
 });
 
 /** The controller's tuning constants by YAML key (adaptive_window_ms, ...): numbers, checked by the controller. */
-const TUNING_KEYS = Object.entries(ADAPTIVE_LIMIT_KEYS).filter(
-  ([option]) => !["minCapacity", "maxCapacity", "initialCapacity", "tpotSloMs", "ttftSloMs"].includes(option),
-) as [keyof AdaptiveTuning, string][];
+const TUNING_KEYS = ADAPTIVE_TUNING_KEYS;
 
 /** Issue 12's gateway keys (capacity mode, adaptive bounds and SLOs, shedding), in `policy:` and the gateway file. */
 function capacitySchemaShape() {

@@ -427,6 +427,58 @@ describe("AdaptiveLimit: far above an SLO", () => {
   });
 });
 
+describe("AdaptiveLimit: SLO breaches in a row", () => {
+  // No knee: a 2x slowdown puts TPOT 1.5x over the SLO at any concurrency (a flat curve, as an
+  // incident on every worker), so only the rule's own step sizes move the limit.
+  const flat = () => worker({ knee: 1000 });
+  const slo = 1.4 * BASE_TPOT;
+  const atMax = (options: Partial<AdaptiveLimitOptions> = {}) => {
+    const sim = new Sim({ tpotSloMs: slo, initialCapacity: 256, ...options }, flat());
+    sim.demand = 300;
+    sim.run(120);
+    assert.equal(sim.ctl.limit, 256, "settled at the maximum under the SLO");
+    return sim;
+  };
+  /** Each cut as the share of the limit it kept, two decimals. */
+  const kept = (from: number, limits: number[]) =>
+    limits.map((l, i) => Math.round((100 * l) / (i === 0 ? from : limits[i - 1]!)) / 100);
+
+  test("the n-th breach past the margin in a row takes n x 10%, up to adaptive_slo_max_decrease (30%)", (t) => {
+    const sim = atMax();
+    sim.model.slowdown = 2;
+    const limits = sim.run(5);
+    t.diagnostic(`256 -> ${limits.join(" ")}`);
+    assert.deepEqual(kept(256, limits), [0.9, 0.8, 0.7, 0.7, 0.7]);
+    assert.equal(sim.ctl.snapshot().lastDecision, "slo");
+  });
+
+  test("a window within the SLOs ends the run: the next breach takes 10% again", () => {
+    const sim = atMax();
+    sim.model.slowdown = 2;
+    sim.run(3);
+    sim.model.slowdown = 1;
+    const within = sim.ctl.limit;
+    sim.window();
+    assert.ok(sim.ctl.limit >= within, "no cut within the SLO");
+    sim.model.slowdown = 2;
+    const from = sim.ctl.limit;
+    assert.deepEqual(kept(from, sim.run(2)), [0.9, 0.8]);
+  });
+
+  test("adaptive_slo_max_decrease equal to the minimum keeps every cut at 10%", () => {
+    const sim = atMax({ sloMaxDecrease: 0.1 });
+    sim.model.slowdown = 2;
+    assert.deepEqual(kept(256, sim.run(4)), [0.9, 0.9, 0.9, 0.9]);
+  });
+
+  test("a breach within the margin (noise at the edge) never grows past 10%", () => {
+    // 1.05 x the SLO: over it, under adaptive_breach_margin (10%) over it.
+    const sim = atMax();
+    sim.model.slowdown = (1.05 * slo) / (1.05 * BASE_TPOT);
+    assert.deepEqual(kept(256, sim.run(3)), [0.9, 0.9, 0.9]);
+  });
+});
+
 describe("AdaptiveLimit: worker slowdown", () => {
   test("a 2x slowdown without an SLO: the limit drops, then the slowdown becomes the new normal; after it, recovers", (t) => {
     const sim = new Sim();
@@ -500,6 +552,33 @@ describe("AdaptiveLimit: worker slowdown", () => {
     assert.ok(back <= 20, `recovered after ${back} windows`);
     assert.ok(after.slice(back - 1).every(inBand));
     assert.ok(Math.abs(sim.ctl.snapshot().tpotBaselineMs! / before - 1) < 0.05);
+  });
+
+  test("when an incident ends, TPOT far under its baseline re-bases it at once: no probe steps down", (t) => {
+    // No knee, and no periodic re-probe: only the trigger under test can step the limit down.
+    const sim = new Sim(
+      { tpotSloMs: 1.4 * BASE_TPOT, maxCapacity: 64, probeIntervalMs: 0 },
+      worker({ knee: 1000 }),
+    );
+    sim.demand = 100;
+    sim.run(300);
+    sim.model.slowdown = 1.3; // under the SLO: the law's decreases, and the baseline follows up
+    sim.run(600);
+    const stale = sim.ctl.snapshot();
+    assert.ok(stale.tpotBaselineMs! > 1.2 * BASE_TPOT, `baseline raised: ${stale.tpotBaselineMs}`);
+    sim.model.slowdown = 1;
+    const from = sim.ctl.limit;
+    const after = sim.run(20);
+    const s = sim.ctl.snapshot();
+    t.diagnostic(
+      `from ${from}: ${after.join(" ")}; baseline ${stale.tpotBaselineMs!.toFixed(1)} -> ${s.tpotBaselineMs!.toFixed(1)} ms`,
+    );
+    assert.equal(s.probeSteps, stale.probeSteps, "no probe step");
+    assert.ok(s.tpotBaselineMs! < 1.1 * BASE_TPOT, "re-based to the healthy TPOT");
+    assert.ok(
+      after.every((l, i) => l >= (i === 0 ? from : after[i - 1]!)),
+      `the limit only climbs back: ${after.join(" ")}`,
+    );
   });
 
   test("a TTFT SLO shrinks too", () => {
@@ -727,6 +806,12 @@ describe("AdaptiveLimit: bounds", () => {
       [{ sloReference: -0.1 }, "adaptive_slo_reference", />= 0 and <= 1/],
       [{ sloReferenceCap: 0.9 }, "adaptive_slo_reference_cap", />= 1/],
       [{ sloMinDecrease: 1 }, "adaptive_slo_min_decrease", />= 0 and < 1/],
+      [{ sloMaxDecrease: 1 }, "adaptive_slo_max_decrease", />= 0 and < 1/],
+      [
+        { sloMinDecrease: 0.2, sloMaxDecrease: 0.15 },
+        "adaptive_slo_max_decrease",
+        />= adaptive_slo_min_decrease \(0\.15 < 0\.2\)/,
+      ],
       [{ sloFarAbove: 0.5 }, "adaptive_slo_far_above", />= 1/],
       [{ breachHoldMs: -1 }, "adaptive_breach_hold_ms", />= 0/],
       [
@@ -745,6 +830,9 @@ describe("AdaptiveLimit: bounds", () => {
       assert.match(err.message, message);
       assert.ok(err.message.startsWith(`${key}: `));
     }
+    // Raising the minimum cut alone is no error: an unset maximum follows it.
+    assert.equal(resolveAdaptiveLimitOptions({ ...BOUNDS, sloMinDecrease: 0.4 }).sloMaxDecrease, 0.4);
+    assert.equal(resolveAdaptiveLimitOptions(BOUNDS).sloMaxDecrease, 0.3);
   });
 
   test("every option has a YAML key, every default is in the top-of-file comment", () => {

@@ -214,6 +214,7 @@ describe("configuration", () => {
       maxCapacity: 48,
       tpotSloMs: 60,
       ttftSloMs: 1500,
+      tuning: {},
     });
   });
 
@@ -240,11 +241,13 @@ describe("configuration", () => {
         "tpot_slo_ms: 80",
         "load_shedding: {max_queue_wait_ms: 4000, codel_classes: [bulk], codel_target_ms: 300}",
         "keyed_shedding: {header: X-Session-Id, classes: [bulk, default], rotation_window_secs: 120}",
+        "adaptive_tuning: {adaptive_window_ms: 500, adaptive_slo_max_decrease: 0.2}",
       ].join("\n"),
     );
     const f = parseGatewayArgs(["--config", file]);
     assert.equal(f.capacity.mode, "adaptive");
     assert.equal(f.capacity.tpotSloMs, 80);
+    assert.deepEqual(f.capacity.tuning, { windowMs: 500, sloMaxDecrease: 0.2 });
     const prioritized = f.shedding.prioritized;
     assert.ok(prioritized);
     assert.equal(prioritized.maxQueueWaitMs, 4000);
@@ -264,6 +267,18 @@ describe("configuration", () => {
       ["keyed_shedding: {min_percent: 150}", /keyed_shedding\.min_percent: must be <= 100/],
       ["keyed_shedding: {classes: [system]}", /keyed_shedding\.classes\.0/],
       ["capacity_mode: sometimes", /capacity_mode: must be one of static, adaptive/],
+      ["adaptive_tuning: {adaptive_windw_ms: 500}", /adaptive_tuning\.adaptive_windw_ms: unknown key/],
+      ["adaptive_tuning: {tpot_slo_ms: 20}", /adaptive_tuning\.tpot_slo_ms: unknown key/],
+      [
+        "adaptive_tuning: {adaptive_window_ms: fast}",
+        /adaptive_tuning\.adaptive_window_ms: must be a number/,
+      ],
+      ["adaptive_tuning: {adaptive_probe_step: 0}", /adaptive_tuning\.adaptive_probe_step: must be > 0/],
+      [
+        "adaptive_tuning: {adaptive_slo_min_decrease: 0.2, adaptive_slo_max_decrease: 0.1}",
+        /adaptive_tuning\.adaptive_slo_max_decrease: must be >= adaptive_slo_min_decrease/,
+      ],
+      ["adaptive_tuning: [1]", /adaptive_tuning: must be a mapping/],
     ];
     for (const [line, pattern] of bad) {
       write(`worker_urls: [http://127.0.0.1:9]\n${line}\n`);
