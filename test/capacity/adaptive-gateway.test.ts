@@ -434,6 +434,28 @@ describe("adaptive capacity over HTTP", () => {
     assert.equal(fleet.gateway.capacity.capacity, fleet.gateway.adaptive!.capacity);
   });
 
+  test("the controller's constants (adaptive_tuning) reach every worker's controller; a bad one stops startup", async (t) => {
+    const clock = new ManualClock(0);
+    const fleet = await startFleet(t, {
+      workers: [{ maxRunningRequests: 32 }, { maxRunningRequests: 32 }],
+      schedulerYaml: schedulerDoc(),
+      gateway: { clock, capacity: { mode: "adaptive", minCapacity: 4, tuning: { windowMs: 5000 } } },
+    });
+    const windows = () => fleet.gateway.adaptive!.snapshot().windows;
+    const at = windows();
+    clock.advance(4999);
+    assert.equal(windows(), at, "no window closes before adaptive_window_ms");
+    clock.advance(1);
+    assert.equal(windows(), at + 1);
+    await assert.rejects(
+      startFleet(t, {
+        workers: [{ maxRunningRequests: 8 }],
+        gateway: { capacity: { mode: "adaptive", tuning: { probeStep: 0 } } },
+      }),
+      /adaptive_probe_step/,
+    );
+  });
+
   test("bad bounds are a startup error naming the key", async (t) => {
     await assert.rejects(
       startFleet(t, {
