@@ -19,6 +19,7 @@
 import { CLASSES_HIGH_TO_LOW, type PriorityClass } from "../core/class.js";
 import type { Clock } from "../core/clock.js";
 import type { ClassSnapshot } from "../core/events.js";
+import { GOLDEN_FRACTION } from "../core/random.js";
 import {
   type AdaptiveDecision,
   AdaptiveLimit,
@@ -112,8 +113,6 @@ export type AdaptiveCapacitySnapshot = AdaptiveLimitSnapshot & {
 
 /** The pool itself, as the one "worker" of a pool-wide controller. */
 const POOL = "*";
-/** 1 / golden ratio: successive multiples mod 1 are as evenly spread as can be. */
-const GOLDEN = 0.6180339887498949;
 
 interface Controlled {
   controller: AdaptiveLimit;
@@ -385,7 +384,7 @@ export class AdaptiveCapacity implements CapacitySource, CapacityFeedback {
     const onBound = quiet ? undefined : this.onBound;
     // Workers' controllers take turns at their periodic re-probes (each steps its limit down):
     // offsets of k x 0.618 (mod 1) of the interval are evenly spread for any fleet size.
-    const probeOffset = worker === undefined ? 0 : (this.workerControllers++ * GOLDEN) % 1;
+    const probeOffset = worker === undefined ? 0 : (this.workerControllers++ * GOLDEN_FRACTION) % 1;
     const controller = new AdaptiveLimit(
       {
         ...this.base,

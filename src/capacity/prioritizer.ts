@@ -43,6 +43,7 @@
 import type { PriorityClass } from "../core/class.js";
 import type { Clock } from "../core/clock.js";
 import { ConfigError } from "../core/errors.js";
+import { GOLDEN_FRACTION } from "../core/random.js";
 
 /** The first system level: never shed. */
 export const SYSTEM_LEVEL = 300;
@@ -89,8 +90,6 @@ interface UsageEntry {
 
 /** Levels 0..399: 100 per class. */
 const LEVELS = SYSTEM_LEVEL + 100;
-/** 1 / golden ratio: successive fractional parts of k * this are as evenly spread as can be. */
-const GOLDEN = 0.6180339887498949;
 
 const RANK_BASE: Record<PriorityClass, number> = {
   bulk: 0,
@@ -223,7 +222,7 @@ export class Prioritizer {
     const whole = Math.floor(t);
     let refuse = level < whole;
     if (!refuse && level < whole + 1 && t > whole) {
-      this.draw = (this.draw + GOLDEN) % 1;
+      this.draw = (this.draw + GOLDEN_FRACTION) % 1;
       refuse = this.draw < t - whole;
     }
     if (!refuse && s !== undefined) {

@@ -8,14 +8,12 @@ import { readFileSync } from "node:fs";
 import { Command, InvalidArgumentError, Option } from "commander";
 import { parse as parseYaml } from "yaml";
 import { z } from "zod";
-import {
-  ADAPTIVE_TUNING_KEYS,
-  type AdaptiveTuning,
-  resolveAdaptiveLimitOptions,
-} from "../capacity/adaptive-limit.js";
+import { type AdaptiveTuning, resolveAdaptiveLimitOptions } from "../capacity/adaptive-limit.js";
 import type { LoadSheddingOptions } from "../capacity/load-shedding.js";
+import { adaptiveTuningSchema, tuningOptions } from "../config/adaptive-tuning.js";
 import { pricingSchema } from "../config/pricing.js";
 import { schedulerFileSchema } from "../config/scheduler-file.js";
+import { toConfigError } from "../config/zod-errors.js";
 import { PRIORITY_CLASSES, type PriorityClass, parsePriority } from "../core/class.js";
 import type { ClassOverrides, Pricing } from "../core/config.js";
 import { ConfigError } from "../core/errors.js";
@@ -949,9 +947,8 @@ function capacitySettings(
 }
 
 /**
- * The --config file's `adaptive_tuning` block: the controller's tuning constants by YAML key
- * (docs/adaptive.md), each checked here by the controller's own rules so a bad one stops startup,
- * not the first worker's discovery. The rest keep their defaults.
+ * The --config file's `adaptive_tuning` block (src/config/adaptive-tuning.ts), each value checked
+ * here by the controller's own rules so a bad one stops startup, not the first worker's discovery.
  */
 function adaptiveTuning(
   file: Record<string, unknown>,
@@ -960,19 +957,9 @@ function adaptiveTuning(
   const block = file.adaptive_tuning;
   if (block === undefined || block === null) return {};
   const where = `${configPath}: adaptive_tuning`;
-  if (typeof block !== "object" || Array.isArray(block)) throw new ConfigError(where, "must be a mapping");
-  const byKey = new Map<string, keyof AdaptiveTuning>(
-    ADAPTIVE_TUNING_KEYS.map(([option, key]) => [key, option]),
-  );
-  const tuning: Partial<AdaptiveTuning> = {};
-  for (const [key, value] of Object.entries(block)) {
-    const option = byKey.get(key);
-    if (option === undefined) throw new ConfigError(`${where}.${key}`, "unknown key");
-    if (typeof value !== "number" || !Number.isFinite(value)) {
-      throw new ConfigError(`${where}.${key}`, "must be a number");
-    }
-    tuning[option] = value;
-  }
+  const parsed = adaptiveTuningSchema.safeParse(block);
+  if (!parsed.success) throw toConfigError(parsed.error, where);
+  const tuning = tuningOptions(parsed.data);
   try {
     resolveAdaptiveLimitOptions({ ...tuning, minCapacity: 1, maxCapacity: 1, initialCapacity: 1 });
   } catch (err) {

@@ -12,3 +12,10 @@ export function mulberry32(seed: number): () => number {
     return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
   };
 }
+
+/**
+ * 1 / golden ratio. The fractional parts of k x this (k = 0, 1, 2, ...) are as evenly spread over
+ * [0, 1) as any sequence can be: a deterministic stand-in for uniform draws, and offsets that stay
+ * apart for any count.
+ */
+export const GOLDEN_FRACTION = 0.6180339887498949;

@@ -16,6 +16,7 @@ import {
   resolveAdaptiveLimitOptions,
 } from "../capacity/adaptive-limit.js";
 import { LoadShedding, type LoadSheddingOptions, resolveShedding } from "../capacity/load-shedding.js";
+import { adaptiveTuningSchema, tuningOptions } from "../config/adaptive-tuning.js";
 import { pricingSchema } from "../config/pricing.js";
 import { parseSchedulerConfig, parseSchedulerYaml } from "../config/scheduler-file.js";
 import { PRIORITY_CLASSES, type PriorityClass } from "../core/class.js";
@@ -287,15 +288,10 @@ const keyedSheddingSchema = z.strictObject({
   min_percent: num().min(0, "must be >= 0").max(100, "must be <= 100").optional(),
 });
 
-/** The controller's tuning constants by YAML key (adaptive_window_ms, ...): numbers, checked by the controller. */
-const TUNING_KEYS = ADAPTIVE_TUNING_KEYS;
-
 /** Issue 12's gateway keys (capacity mode, adaptive bounds and SLOs, shedding), in `policy:` and the gateway file. */
 function capacitySchemaShape() {
   return {
-    adaptive_tuning: z
-      .strictObject(Object.fromEntries(TUNING_KEYS.map(([, key]) => [key, num().optional()])))
-      .optional(),
+    adaptive_tuning: adaptiveTuningSchema.optional(),
     capacity_mode: z
       .enum(CAPACITY_MODES, { error: () => `must be one of ${CAPACITY_MODES.join(", ")}` })
       .optional(),
@@ -1086,11 +1082,7 @@ function capacitySettings(
   const maxCapacity = maxGiven ?? fleetCapacity;
   const tpotSloMs = pol.tpot_slo_ms ?? gw.tpot_slo_ms;
   const ttftSloMs = pol.ttft_slo_ms ?? gw.ttft_slo_ms;
-  const tuningKeys = { ...(gw.adaptive_tuning ?? {}), ...(pol.adaptive_tuning ?? {}) };
-  const tuning: Partial<AdaptiveTuning> = {};
-  for (const [option, key] of TUNING_KEYS) {
-    if (tuningKeys[key] !== undefined) tuning[option] = tuningKeys[key];
-  }
+  const tuning = tuningOptions({ ...(gw.adaptive_tuning ?? {}), ...(pol.adaptive_tuning ?? {}) });
   if (maxGiven === undefined && minCapacity > maxCapacity) {
     throw new ConfigError(
       keyPath(pol, "adaptive_min_capacity", at),
@@ -1109,7 +1101,7 @@ function capacitySettings(
   } catch (err) {
     if (!(err instanceof ConfigError)) throw err;
     const reason = err.message.slice(err.path.length + 2);
-    if (TUNING_KEYS.some(([, key]) => key === err.path)) {
+    if (ADAPTIVE_TUNING_KEYS.some(([, key]) => key === err.path)) {
       const inPolicy = pol.adaptive_tuning?.[err.path] !== undefined;
       throw new ConfigError(
         inPolicy
