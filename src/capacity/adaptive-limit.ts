@@ -58,7 +58,9 @@
  * probe steps down, limit = floor(min(limit, in-flight peak) * probeStep), one step a window, while
  * each step costs less than probeSlack of the throughput (in-flight peak / TPOT p90): past the knee
  * a step cuts latency more than concurrency and goes on, below it the step is pure loss and stops.
- * The first step that stops the probe is undone, and its window's p90s become the baselines.
+ * The first step that stops the probe is undone, and its window's p90s become the baselines. A
+ * cold start's undo goes back to the level that ran (its in-flight peak, with held-back slots),
+ * not to the discovered capacity: the workers claim that, but it never ran.
  * While steps cost nothing (throughput within probeSlack, or higher), each goes twice as deep as the
  * one before, up to four steps (x0.66): each waits for a drain, and far past the knee the drains
  * are answers of a minute. A jump of more than 4 x probeSlack is a cliff's edge, and the next step
@@ -634,8 +636,11 @@ export class AdaptiveLimit {
   private lastQueued = 0;
 
   private phase: AdaptivePhase = "calibrating";
-  /** The probe step just taken: the limit before it, the concurrency run and the TPOT p90 there. */
-  private probePoint: { limit: number; ran: number; p90: number } | undefined = undefined;
+  /**
+   * The probe step just taken: the level to undo it to (what ran before it, with the slots held
+   * back for idle higher classes while work waited), the concurrency run and the TPOT p90 there.
+   */
+  private probePoint: { level: number; ran: number; p90: number } | undefined = undefined;
   /** A re-probe is due (recalibrate(), or a trigger that found the window unfit to start one). */
   private probeWanted = false;
   /** How many probeSteps the next probe step takes (1, 2 or 4): it doubles while steps cost nothing. */
@@ -1069,7 +1074,14 @@ export class AdaptiveLimit {
     // Throughput of the window vs the one before the step (requests in flight / TPOT).
     const gain = point === undefined ? 1 : ran / p90 / (point.ran / point.p90);
     if (gain >= 1 - o.probeSlack && ran > o.minCapacity) {
-      this.probePoint = { limit: w.limit, ran, p90 };
+      // A cold start's undo goes back to what ran, not to the limit: that limit is the discovered
+      // capacity, a claim never run, and a worker whose demand ran 55 of 128 went back to 128
+      // when its first step was undone, drew the routing's load past the knee (p99 TPOT 23 ms
+      // at 90% of the fleet's knee) and took three SLO cuts to come down. Held-back slots count
+      // as run, as in the law's decreases. A re-probe starts in use: its limit is what ran.
+      const held = w.queued ? this.heldBack : 0;
+      const level = cold ? Math.min(w.limit, Math.floor(ran + held)) : w.limit;
+      this.probePoint = { level, ran, p90 };
       // Each step waits for the requests above the limit to finish, and far past the knee a
       // minute-long answer makes that a minute: while steps cost nothing (or raise the
       // throughput: latency falls faster than concurrency), the next goes twice as deep, up to
@@ -1100,7 +1112,7 @@ export class AdaptiveLimit {
       this.ttft[i]!.baseline = p;
       this.ttft[i]!.updatedAt = w.now;
     }
-    if (point !== undefined && point.limit > w.limit) return this.grow(point.limit, true);
+    if (point !== undefined && point.level > w.limit) return this.grow(point.level, true);
     return "hold";
   }
 

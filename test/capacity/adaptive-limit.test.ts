@@ -206,20 +206,24 @@ describe("AdaptiveLimit: cold start", () => {
   });
 
   test("an idle limit never grows (in-flight well under the limit, no queue)", () => {
+    // The cold start's step from the in-flight peak (4) buys nothing and is undone to that level,
+    // which runs full (4 >= 0.9 x 4): one increase, to 5, and 4 of 5 is idle: nothing more moves.
     const sim = new Sim({ initialCapacity: 8 });
-    sim.demand = 4; // below 0.9 x 8
+    sim.demand = 4;
     const limits = sim.run(500);
-    assert.ok(limits.every((l) => l <= 8));
-    assert.equal(sim.ctl.snapshot().increases, 0);
+    assert.deepEqual(limits.slice(0, 4), [8, 3, 4, 5]);
+    assert.ok(limits.slice(3).every((l) => l === 5));
+    assert.equal(sim.ctl.snapshot().increases, 1);
 
-    // A big limit over light, healthy traffic stays where it is: the cold-start probe costs one
-    // window (a step from the in-flight peak that buys nothing is undone), then nothing moves. The
-    // first window is the ramp-up from nothing, no reference for a step.
+    // A big limit over light, healthy traffic comes down to what ran: the discovered capacity is
+    // a claim the workers never ran, so the undone step goes back to the in-flight peak (10), not
+    // to 64, and the limit stays within one increase of 1 / utilization over the demand. The first
+    // window is the ramp-up from nothing, no reference for a step.
     const big = new Sim({ initialCapacity: 64 });
     big.demand = 10;
     const bigLimits = big.run(500);
-    assert.deepEqual(bigLimits.slice(0, 3), [64, 9, 64]);
-    assert.ok(bigLimits.slice(2).every((l) => l === 64));
+    assert.deepEqual(bigLimits.slice(0, 5), [64, 9, 10, 11, 12]);
+    assert.ok(bigLimits.slice(4).every((l) => l === 12));
     assert.equal(big.ctl.snapshot().phase, "tracking");
     assert.equal(big.ctl.snapshot().probes, 1);
   });
@@ -263,9 +267,16 @@ describe("AdaptiveLimit: TPOT under an SLO", () => {
   };
 
   test("TPOT that rises with the batch but stays under 0.9 x the SLO is no overload", (t) => {
+    // The quiet start leaves the limit at what ran (about 4): it climbs to the new demand while
+    // TPOT rises under the SLO's floor, and never steps back.
     const limits = run({});
-    t.diagnostic(`demand 30: limits ${range(limits).join("..")}`);
-    assert.ok(Math.min(...limits) >= 30, `the limit fell under the demand: ${range(limits).join("..")}`);
+    const reached = limits.findIndex((l) => l >= 30) + 1;
+    t.diagnostic(`demand 30: at 30 after ${reached} windows; limits ${range(limits).join("..")}`);
+    assert.ok(reached > 0 && reached <= 20, `the limit reached 30 after ${reached} windows`);
+    assert.ok(
+      limits.every((l, i) => i === 0 || l >= limits[i - 1]!),
+      `the limit stepped back: ${limits.join(",")}`,
+    );
   });
 
   test("a rise past adaptive_slo_reference_cap x the baseline is a knee, SLO or not", (t) => {
@@ -998,10 +1009,10 @@ describe("AdaptiveLimit: a cold start far past the knee, answers many windows lo
     life: number | ((w: number) => number),
     windows: number,
     clients: (w: number) => number = () => 64,
+    knee: (w: number) => number = () => KNEE,
   ): number[] {
     const clock = new ManualClock();
     const ctl = new AdaptiveLimit({ ...BOUNDS, initialCapacity: 128, ttftFloorMs: 0 }, clock);
-    const model = worker();
     const r = prng(5);
     let running: Array<{ age: number; sum: number; marked: number; life: number }> = [];
     let started = 0;
@@ -1017,7 +1028,7 @@ describe("AdaptiveLimit: a cold start far past the knee, answers many windows lo
         });
       }
       ctl.sampleUsage(running.length, n - running.length);
-      const f = loadFactor(model, running.length);
+      const f = loadFactor(worker({ knee: knee(w) }), running.length);
       for (const req of running) {
         req.sum += BASE_TPOT * f * (0.95 + 0.1 * r());
         req.age++;
@@ -1049,26 +1060,47 @@ describe("AdaptiveLimit: a cold start far past the knee, answers many windows lo
     );
   });
 
-  test("a quiet start, then the flood: decreases without an increase between them start a probe that finds the knee", (t) => {
-    // 4 clients with answers of 1-3 windows for 30 windows (the cold start undoes its step: 128
-    // stays), then 64 with answers of 17-19 windows (at 4x the knee). Most windows
-    // of the flood carry no signal, and the baseline absorbs part of the overload: before,
-    // neither stopped the count of decreases, the re-probe came only with the 5-minute one, and
-    // its step, judged by answers begun at the old level, read as a loss: 38-42 in flight for
-    // good over real HTTP (a worker with its knee at 16, TPOT 17x the quiet one).
+  test("a quiet start, then the flood: the limit climbs from what ran to the knee", (t) => {
+    // 4 clients with answers of 1-3 windows for 30 windows (the cold start undoes its step to what
+    // ran, not to the discovered 128), then 64 with answers of 17-19 windows: the limit climbs
+    // while latency stays at its baseline, and stops at the knee.
     const limits = streams(
       (w) => (w < 30 ? 1 : 17),
       400,
       (w) => (w < 30 ? 4 : 64),
     );
-    assert.equal(limits[29], 128, "quiet: the limit is the discovered capacity");
+    assert.ok(limits[29]! <= 8, `quiet: the limit is near what ran (${limits[29]})`);
     const flood = limits.slice(30);
     const reached = windowsToBand(flood);
+    const out = flood.slice(reached - 1).filter((l) => !inBand(l)).length;
     t.diagnostic(
-      `in band ${reached} windows into the flood; then ${range(flood.slice(reached - 1)).join("..")}`,
+      `in band ${reached} windows into the flood; then ${range(flood.slice(reached - 1)).join("..")}, ${out} windows out (a re-probe's step)`,
     );
-    assert.ok(reached <= 150, `converged ${reached} windows into the flood`);
-    assert.ok(flood.slice(reached - 1).every(inBand), `range ${range(flood.slice(reached - 1))}`);
+    assert.ok(reached <= 60, `converged ${reached} windows into the flood`);
+    assert.ok(out <= 10, `${out} windows out of the band after it`);
+  });
+
+  test("a limit far past a knee that falls, answers many windows long: decreases without an increase between them start a probe that finds it", (t) => {
+    // 100 clients with answers of 1-3 windows on a worker whose knee is far away (256) for 60
+    // windows: the limit runs at about 100. Then the knee falls to 16 (a slower worker) and the
+    // answers last 17-19 windows. Most windows carry no signal, and the baseline absorbs part of
+    // the overload: before, neither stopped the count of decreases, the re-probe came only with
+    // the 5-minute one, and its step, judged by answers begun at the old level, read as a loss:
+    // 38-42 in flight for good over real HTTP (a worker with its knee at 16, TPOT 17x the quiet one).
+    const limits = streams(
+      (w) => (w < 60 ? 1 : 17),
+      400,
+      (w) => (w < 60 ? 100 : 64),
+      (w) => (w < 60 ? 256 : KNEE),
+    );
+    assert.ok(limits[59]! >= 64, `healthy: the limit ran the demand (${limits[59]})`);
+    const slow = limits.slice(60);
+    const reached = windowsToBand(slow);
+    t.diagnostic(
+      `in band ${reached} windows after the knee fell; then ${range(slow.slice(reached - 1)).join("..")}`,
+    );
+    assert.ok(reached <= 150, `converged ${reached} windows after the knee fell`);
+    assert.ok(slow.slice(reached - 1).every(inBand), `range ${range(slow.slice(reached - 1))}`);
   });
 });
 
