@@ -1,7 +1,7 @@
 /**
  * Adaptive capacity's cost per request (`npm run bench:adaptive`): what `capacity_mode: adaptive`
  * adds to each request's path, the feedback calls the gateway makes (queued in and out, in flight
- * in and out, dispatched to a worker, one latency sample), with one controller per worker for
+ * in and out, dispatched to a worker, a TTFT sample and a TPOT sample), with one controller per worker for
  * fleets of 1 to 1,024 workers and a window closed every 1,000 requests. The reference, measured
  * in the same run: the core scheduler's uncontended acquire + release (`await` per operation),
  * which every request pays in either capacity mode. Adaptive mode also sheds at the door by
@@ -78,15 +78,14 @@ function request(f: Fleet, i: number): void {
   c.inflight(1);
   w.inflight++;
   c.dispatched(w.url);
-  // The oldest request in flight ends: its sample, then its slot and its worker go back.
+  // Its first token: the TTFT sample (the gateway sends it at a stream's first event).
+  c.sample({ kind: "ok", ttftMs: 80 + (i % 7), promptTokens: 900 + (i % 300), spanMs: 80 }, w.url);
+  // The oldest request in flight ends: its TPOT sample, then its slot and its worker go back.
   const old = f.ring[f.at];
   f.ring[f.at] = w;
   f.at = f.at + 1 === f.ring.length ? 0 : f.at + 1;
   if (old !== undefined) {
-    c.sample(
-      { kind: "ok", ttftMs: 80 + (i % 7), promptTokens: 900 + (i % 300), tpotMs: 20 + (i % 5) },
-      old.url,
-    );
+    c.sample({ kind: "ok", tpotMs: 20 + (i % 5), spanMs: 5000 }, old.url);
     old.inflight--;
     c.inflight(-1);
     sh.served("default", TENANTS[(i + 1) % TENANTS.length]!, 250);
@@ -137,7 +136,7 @@ async function main(): Promise<void> {
     "## Adaptive capacity's cost per request (`npm run bench:adaptive`)",
     "",
     `- Date: ${new Date().toISOString()}; machine: ${describeMachine(m)}.`,
-    `- Method: ${fmtInt(OPS)} requests per sample, median of ${SAMPLES} samples after a warm-up, interleaved with the reference. Each request makes the gateway's feedback calls (queued in and out, in flight in and out, dispatched to a worker, one TPOT and TTFT sample) to \`AdaptiveCapacity\` with one controller per worker, and the shed stage's (the check, queue in and out with its wait, its tokens at the end; 64 tenants) to the prioritizer adaptive mode runs by default; a window closes every ${fmtInt(PER_WINDOW)} requests (on a manual clock); half the reported capacity (${REPORTED} per worker) is in flight. Reference, same run: the core scheduler's uncontended \`await acquire()\` + \`release()\`, ${fmtFixed(ref, 0)} ns, which every request pays in either capacity mode.`,
+    `- Method: ${fmtInt(OPS)} requests per sample, median of ${SAMPLES} samples after a warm-up, interleaved with the reference. Each request makes the gateway's feedback calls (queued in and out, in flight in and out, dispatched to a worker, a TTFT sample at its first token and a TPOT sample at its end) to \`AdaptiveCapacity\` with one controller per worker, and the shed stage's (the check, queue in and out with its wait, its tokens at the end; 64 tenants) to the prioritizer adaptive mode runs by default; a window closes every ${fmtInt(PER_WINDOW)} requests (on a manual clock); half the reported capacity (${REPORTED} per worker) is in flight. Reference, same run: the core scheduler's uncontended \`await acquire()\` + \`release()\`, ${fmtFixed(ref, 0)} ns, which every request pays in either capacity mode.`,
     "",
     "| Workers | ns per request | vs acquire + release | pool limit at the end | windows |",
     "| ---: | ---: | ---: | ---: | ---: |",

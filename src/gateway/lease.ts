@@ -114,6 +114,8 @@ export class Lease implements ExchangeOwner, CancelSignal {
   private paceEvents = 0;
   private firstEvents = -1;
   private paceSamples = 0;
+  /** A stream's TTFT went to adaptive capacity at its first event (not with the answer's end). */
+  private ttftSent = false;
   /** When the worker was chosen, ms since arrival: TTFT for capacity starts here, not at arrival. */
   private dispatchedMs: number | undefined;
   private clientGone = false;
@@ -278,6 +280,7 @@ export class Lease implements ExchangeOwner, CancelSignal {
     const adaptive = this.pool?.adaptive !== undefined;
     this.firstEvents = -1;
     this.paceSamples = 0;
+    this.ttftSent = false;
     // The callback is made only in adaptive mode: a static gateway allocates nothing for it.
     this.reader = new UsageReader(
       contentType,
@@ -294,6 +297,7 @@ export class Lease implements ExchangeOwner, CancelSignal {
    */
   private paceMark(events: number): void {
     const nowMs = performance.now() - this.t0;
+    if (!this.ttftSent && events >= 1) this.firstToken(nowMs);
     if (this.firstEvents < 0) {
       this.firstEvents = events;
       this.paceAtMs = nowMs;
@@ -309,6 +313,30 @@ export class Lease implements ExchangeOwner, CancelSignal {
     this.paceAtMs = nowMs;
     this.paceEvents = events;
     this.paceSamples++;
+  }
+
+  /**
+   * A stream's first event is its first token: its TTFT goes to adaptive capacity now, not with
+   * the answer's end. At a cold start far past the knee an answer lasts many windows, and a TTFT
+   * reported at its end began before the probe's first step and is dropped as stale: a
+   * `ttft_slo_ms` would act only after the first cohort's whole life. The prompt's length picks the
+   * TTFT bucket; the worker's count comes only with the usage at the end, so the request's own
+   * estimate (prompt characters / 4) stands in for it here.
+   */
+  private firstToken(nowMs: number): void {
+    this.ttftSent = true;
+    const feedback = this.pool?.adaptive;
+    const dispatchedMs = this.dispatchedMs;
+    const estimate = this.estimate;
+    if (feedback === undefined || dispatchedMs === undefined || estimate === undefined) {
+      this.ttftSent = false; // the answer's end reports it, as for a body that is not a stream
+      return;
+    }
+    const ttftMs = nowMs - dispatchedMs;
+    feedback.sample(
+      { kind: "ok", ttftMs, promptTokens: estimate.promptTokens, spanMs: ttftMs },
+      this.worker?.url,
+    );
   }
 
   exchangeDone(status: number): void {
@@ -443,7 +471,8 @@ export class Lease implements ExchangeOwner, CancelSignal {
     const spanMs = endMs - dispatchedMs;
     if (this.reader?.isStream === true) {
       // A stream: its first byte is the first token, and the rest came at the decode pace. The
-      // pace up to the last mark went out while it ran (onChunk); this sample has the rest.
+      // pace up to the last mark went out while it ran (onChunk), and so did the TTFT (at the
+      // first event); this sample has the rest.
       let tpotMs: number | undefined;
       if (this.paceSamples === 0) {
         tpotMs = output >= 2 ? (endMs - firstMs) / (output - 1) : undefined;
@@ -453,7 +482,11 @@ export class Lease implements ExchangeOwner, CancelSignal {
         const rest = output - 1 - (this.paceEvents - this.firstEvents);
         tpotMs = rest >= PACE_MIN_TAIL_TOKENS ? (endMs - this.paceAtMs) / rest : undefined;
       }
-      feedback.sample({ kind: "ok", ttftMs: firstMs - dispatchedMs, promptTokens, tpotMs, spanMs }, worker);
+      if (!this.ttftSent) {
+        feedback.sample({ kind: "ok", ttftMs: firstMs - dispatchedMs, promptTokens, tpotMs, spanMs }, worker);
+      } else if (tpotMs !== undefined) {
+        feedback.sample({ kind: "ok", tpotMs, spanMs }, worker); // its TTFT went at the first event
+      }
     } else if (output >= 1) {
       // A whole answer at once: only its pace per token is known (prefill included).
       feedback.sample({ kind: "ok", tpotMs: spanMs / output, spanMs }, worker);

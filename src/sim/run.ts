@@ -397,26 +397,28 @@ export async function runPolicy(
       const req = job.ref as SimRequest;
       req.firstAt = t;
       req.ticket!.markFirstByte();
+      // The gateway's TTFT sample goes at a stream's first event (src/gateway/lease.ts firstToken).
+      const ttftMs = t - req.admittedAt;
+      req.gate!.adaptive?.sample(
+        { kind: "ok", ttftMs, promptTokens: req.prompt, spanMs: ttftMs },
+        req.workerUrl,
+      );
     },
     finished(job, t) {
       const req = job.ref as SimRequest;
       const tokens = req.prompt + req.output;
       const gate = req.gate!;
-      // The gateway's sample at the end of a stream: TTFT from dispatch, then the decode pace
-      // (of what the pace marks did not cover, when the stream ran long enough to have some).
+      // The gateway's sample at the end of a stream: the decode pace (of what the pace marks did
+      // not cover, when the stream ran long enough to have some); its TTFT went at the first token.
       const marked = job.paceMarks > 0;
       const since = marked ? job.paceAt : req.firstAt;
       const decoded = marked ? job.finishIter - job.paceIter : req.output - 1;
-      gate.adaptive?.sample(
-        {
-          kind: "ok",
-          ttftMs: req.firstAt - req.admittedAt,
-          promptTokens: req.prompt,
-          tpotMs: decoded >= 1 ? (t - since) / decoded : undefined,
-          spanMs: t - req.admittedAt,
-        },
-        req.workerUrl,
-      );
+      if (decoded >= 1) {
+        gate.adaptive?.sample(
+          { kind: "ok", tpotMs: (t - since) / decoded, spanMs: t - req.admittedAt },
+          req.workerUrl,
+        );
+      }
       gate.shedding?.served(classOfRank(req.cls), req.tenant.spec.key, tokens);
       gate.policy.adjustCost(req.ticket!, tokens);
       if (req.hold) budgets!.settle(req.hold, { inputTokens: req.prompt, outputTokens: req.output });

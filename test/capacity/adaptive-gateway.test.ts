@@ -67,6 +67,7 @@ interface FedSample {
   at: number;
   tpotMs: number | undefined;
   ttftMs: number | undefined;
+  promptTokens: number | undefined;
   spanMs: number | undefined;
 }
 
@@ -82,7 +83,13 @@ async function paceFleet(t: TestContext, tokenDelayMs: number) {
   const sample = adaptive.sample.bind(adaptive);
   adaptive.sample = (s, worker) => {
     if (s.kind === "ok") {
-      samples.push({ at: performance.now(), tpotMs: s.tpotMs, ttftMs: s.ttftMs, spanMs: s.spanMs });
+      samples.push({
+        at: performance.now(),
+        tpotMs: s.tpotMs,
+        ttftMs: s.ttftMs,
+        promptTokens: s.promptTokens,
+        spanMs: s.spanMs,
+      });
     }
     sample(s, worker);
   };
@@ -219,7 +226,7 @@ describe("adaptive capacity over HTTP", () => {
     });
   });
 
-  test("a stream longer than five windows reports its decode pace while it runs, and its end only the rest", async (t) => {
+  test("a stream longer than five windows reports its TTFT at its first event, its decode pace while it runs, and its end only the rest", async (t) => {
     const { fleet, adaptive, samples } = await paceFleet(t, 25);
     assert.equal(adaptive.paceIntervalMs, 5000);
     const started = performance.now();
@@ -228,19 +235,61 @@ describe("adaptive capacity over HTTP", () => {
     const ended = performance.now();
     assert.equal(reply.status, 200);
     const detail = JSON.stringify(samples.map((x) => ({ ...x, at: Math.round(x.at - started) })));
-    const during = samples.filter((x) => x.ttftMs === undefined);
-    const last = samples.filter((x) => x.ttftMs !== undefined);
-    assert.equal(during.length, 1, detail);
-    assert.ok(
-      during.every((x) => x.at < ended - 100),
-      `pace samples come while the stream runs: ${detail}`,
-    );
-    for (const x of during) assert.ok(x.tpotMs! >= 20 && x.tpotMs! <= 50, `about 25 ms a token: ${detail}`);
-    assert.equal(last.length, 1, `one sample at the end, with the TTFT: ${detail}`);
-    assert.ok(last[0]!.tpotMs! >= 20 && last[0]!.tpotMs! <= 50, `the rest, about 25 ms a token: ${detail}`);
+    const first = samples.filter((x) => x.ttftMs !== undefined);
+    const paced = samples.filter((x) => x.ttftMs === undefined);
+    assert.equal(first.length, 1, `one TTFT: ${detail}`);
+    assert.equal(first[0]!.tpotMs, undefined, detail);
+    assert.ok(first[0]!.at - started < 1000, `the TTFT comes at the first token, not the end: ${detail}`);
+    assert.ok(first[0]!.ttftMs! >= 0 && first[0]!.ttftMs! < 1000, detail);
+    assert.equal(first[0]!.spanMs, first[0]!.ttftMs, `its span is the TTFT's own: ${detail}`);
+    assert.ok(first[0]!.promptTokens! >= 1, `the request's prompt estimate picks the bucket: ${detail}`);
+    assert.equal(paced.length, 2, `a mark while it runs, then the rest: ${detail}`);
+    assert.ok(paced[0]!.at < ended - 100, `the mark comes while the stream runs: ${detail}`);
+    for (const x of paced) assert.ok(x.tpotMs! >= 20 && x.tpotMs! <= 50, `about 25 ms a token: ${detail}`);
   });
 
-  test("a stream whose last pace mark leaves a tail of a few tokens ends with its TTFT only", async (t) => {
+  test("ttft_slo_ms acts at a cold start while the first cohort still streams: its TTFTs come at the first token", async (t) => {
+    // A worker advertising 64 with its knee at 8: 32 streams admitted at once wait 3 x 25 = 75 ms
+    // for their first token, over a 30 ms TTFT SLO, and then decode for seconds (400 tokens at
+    // 50 ms). Reported with the answers' ends, those TTFTs would come after the cold start's first
+    // step and be dropped as stale: the SLO would act only once the cohort had drained.
+    const clock = new ManualClock(Date.UTC(2026, 10, 23, 12));
+    const fleet = await startFleet(t, {
+      workers: [
+        { maxRunningRequests: 64, ttftMs: 3, tokenDelayMs: 2, batchSlowdown: 0, knee: KNEE, kneeSlowdown: 1 },
+      ],
+      schedulerYaml: schedulerDoc({
+        classes: { system: LONG, interactive: LONG, default: LONG, bulk: LONG },
+      }),
+      gateway: { clock, capacity: { mode: "adaptive", minCapacity: 2, ttftSloMs: 30 } },
+    });
+    let running = true;
+    const loops = Array.from({ length: 32 }, async () => {
+      while (running) await fleet.chat({ stream: true, max_tokens: 400 }).catch(() => undefined);
+    });
+    const limits: number[] = [];
+    let completed = 0;
+    try {
+      for (let w = 0; w < 4; w++) {
+        fleet.workers[0]!.resetStats();
+        await new Promise((resolve) => setTimeout(resolve, 300));
+        completed += fleet.workers[0]!.stats().completed;
+        clock.advance(1000);
+        limits.push(fleet.gateway.capacity.capacity);
+      }
+    } finally {
+      running = false; // the fleet's teardown ends the streams still running
+    }
+    const snapshot = fleet.gateway.adaptive!.snapshot();
+    const detail = `limits ${limits.join(" ")}; answers ended ${completed}; TTFT p90 ${snapshot.ttftP90Ms} ms`;
+    t.diagnostic(detail);
+    assert.equal(completed, 0, `no answer of the cohort has ended: ${detail}`);
+    assert.ok(snapshot.sloDecreases >= 1, `an SLO decrease on the TTFT: ${detail}`);
+    assert.ok(limits.at(-1)! <= 32, `the limit came down from 64 while the cohort streams: ${detail}`);
+    await Promise.race([Promise.all(loops), new Promise((resolve) => setTimeout(resolve, 0))]);
+  });
+
+  test("a stream whose last pace mark leaves a tail of a few tokens ends with no sample", async (t) => {
     // 54 tokens 100 ms apart: one mark at about 5 s (about 50 tokens), then a tail of about 3.
     // Counted as usage tokens less SSE events, such a tail is off by one or two: a pace far off.
     const { fleet, samples } = await paceFleet(t, 100);
@@ -248,15 +297,14 @@ describe("adaptive capacity over HTTP", () => {
     assert.equal(reply.status, 200);
     const detail = JSON.stringify(samples.map(({ at: _, ...x }) => x));
     const marks = samples.filter((x) => x.ttftMs === undefined);
-    const ends = samples.filter((x) => x.ttftMs !== undefined);
-    assert.equal(marks.length, 1, detail);
-    assert.equal(ends.length, 1, detail);
+    const ttfts = samples.filter((x) => x.ttftMs !== undefined);
+    assert.equal(ttfts.length, 1, detail);
+    assert.ok(ttfts[0]!.ttftMs! >= 0, detail);
+    assert.equal(marks.length, 1, `the mark only: no pace from the tail: ${detail}`);
     const marked = Math.round(marks[0]!.spanMs! / marks[0]!.tpotMs!); // tokens the mark covered
     const rest = 54 - 1 - marked;
     t.diagnostic(`the mark covered ${marked} tokens, the tail ${rest}`);
     assert.ok(rest < PACE_MIN_TAIL_TOKENS, `a short tail: ${detail}`);
-    assert.equal(ends[0]!.tpotMs, undefined, `no pace from ${rest} tokens: ${detail}`);
-    assert.ok(ends[0]!.ttftMs! >= 0, detail);
   });
 
   test("with the scheduler off (legacy admission), the adaptive limit bounds admission just the same", async (t) => {
