@@ -46,7 +46,7 @@ import { GatewayError, sendError, sendJson, toGatewayError } from "./http-errors
 import { Lease, type LeaseContext } from "./lease.js";
 import { type LifecycleContext, runLifecycle } from "./lifecycle.js";
 import { type ModelPool, ModelPools, type PoolFactory } from "./model-pools.js";
-import type { GatewayOptions } from "./options.js";
+import type { CapacityOptions, GatewayOptions } from "./options.js";
 import type { OutcomeSink } from "./outcome.js";
 import { loadSchedulerFile } from "./policy-file.js";
 import { checkRequest, pathOf } from "./request-checks.js";
@@ -150,6 +150,15 @@ export async function startGateway(options: GatewayOptions, outcomes?: OutcomeSi
           onBudgetRejection: (tenant, code) => metrics.countBudgetRejection(tenant, code),
         });
   const adaptiveMode = options.capacity?.mode === "adaptive";
+  const idleAdaptive = adaptiveSettingsWithoutEffect(options.capacity);
+  if (idleAdaptive.length > 0) {
+    // Accepted (a file shared by gateways in both modes stays valid) but said: an operator who set
+    // an SLO or the controller's constants and forgot the mode would otherwise think them in force.
+    logger.warn(
+      { settings: idleAdaptive },
+      `${idleAdaptive.join(", ")}: no effect while capacity_mode is static (--capacity-mode adaptive turns the controller on)`,
+    );
+  }
   // Scheduler disabled, or its file failed to load: one legacy limiter for the whole fleet (the
   // contract's legacy admission); model pools then only route.
   const sharedLegacy =
@@ -745,4 +754,15 @@ function poolClasses(
     if (block !== undefined && block !== null) out[cls] = { ...base[cls], ...block };
   }
   return out;
+}
+
+/** The adaptive controller's settings given while capacity_mode is static (they do nothing there). */
+export function adaptiveSettingsWithoutEffect(capacity: CapacityOptions | undefined): string[] {
+  if (capacity === undefined || capacity.mode === "adaptive") return [];
+  const given: string[] = [];
+  if (capacity.maxCapacity !== undefined) given.push("adaptive_max_capacity");
+  if (capacity.tpotSloMs !== undefined) given.push("tpot_slo_ms");
+  if (capacity.ttftSloMs !== undefined) given.push("ttft_slo_ms");
+  if (capacity.tuning !== undefined && Object.keys(capacity.tuning).length > 0) given.push("adaptive_tuning");
+  return given;
 }

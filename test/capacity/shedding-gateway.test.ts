@@ -9,6 +9,7 @@ import { join } from "node:path";
 import { describe, test } from "node:test";
 import { parseGatewayArgs } from "../../src/cli/flags.js";
 import { ManualClock } from "../../src/core/clock.js";
+import { adaptiveSettingsWithoutEffect } from "../../src/gateway/server.js";
 import { assertError, metric, schedulerDoc, startFleet } from "../harness.js";
 
 const SLOW = { maxRunningRequests: 2, ttftMs: 5, tokenDelayMs: 200, batchSlowdown: 0 };
@@ -190,6 +191,31 @@ describe("keyed shedding over HTTP", () => {
 
 describe("configuration", () => {
   const base = ["--worker-urls", "http://127.0.0.1:9"];
+
+  test("the adaptive settings in static mode are accepted, and a startup warning names them", async (t) => {
+    const f = parseGatewayArgs([
+      "--worker-urls",
+      "http://127.0.0.1:9",
+      "--tpot-slo-ms",
+      "20",
+      "--adaptive-max-capacity",
+      "64",
+    ]);
+    assert.equal(f.capacity.mode, "static");
+    assert.deepEqual(adaptiveSettingsWithoutEffect(f.capacity), ["adaptive_max_capacity", "tpot_slo_ms"]);
+    assert.deepEqual(adaptiveSettingsWithoutEffect({ ...f.capacity, mode: "adaptive" }), []);
+    assert.deepEqual(adaptiveSettingsWithoutEffect({ mode: "static", tuning: {} }), []);
+
+    const fleet = await startFleet(t, {
+      workers: [{}],
+      gateway: { capacity: { mode: "static", ttftSloMs: 500, tuning: { windowMs: 500 } } },
+    });
+    const warned = fleet.logs.filter((l) => l.level === 40 && l.msg.includes("capacity_mode is static"));
+    assert.equal(warned.length, 1, JSON.stringify(fleet.logs.map((l) => l.msg)));
+    assert.match(warned[0]!.msg, /^ttft_slo_ms, adaptive_tuning: no effect while capacity_mode is static/);
+    const quiet = await startFleet(t, { workers: [{}], gateway: { capacity: { mode: "static" } } });
+    assert.ok(!quiet.logs.some((l) => l.msg.includes("capacity_mode is static")));
+  });
 
   test("capacity flags and defaults", () => {
     const defaults = parseGatewayArgs(base);
