@@ -114,7 +114,8 @@ export class Lease implements ExchangeOwner, CancelSignal {
   private paceEvents = 0;
   private firstEvents = -1;
   private paceSamples = 0;
-  /** A stream's TTFT went to adaptive capacity at its first event (not with the answer's end). */
+  /** A stream's first event was seen; its TTFT went to adaptive capacity then (`ttftSent`). */
+  private firstSeen = false;
   private ttftSent = false;
   /** When the worker was chosen, ms since arrival: TTFT for capacity starts here, not at arrival. */
   private dispatchedMs: number | undefined;
@@ -280,6 +281,7 @@ export class Lease implements ExchangeOwner, CancelSignal {
     const adaptive = this.pool?.adaptive !== undefined;
     this.firstEvents = -1;
     this.paceSamples = 0;
+    this.firstSeen = false;
     this.ttftSent = false;
     // The callback is made only in adaptive mode: a static gateway allocates nothing for it.
     this.reader = new UsageReader(
@@ -297,7 +299,10 @@ export class Lease implements ExchangeOwner, CancelSignal {
    */
   private paceMark(events: number): void {
     const nowMs = performance.now() - this.t0;
-    if (!this.ttftSent && events >= 1) this.firstToken(nowMs);
+    if (!this.firstSeen && events >= 1) {
+      this.firstSeen = true;
+      this.ttftSent = this.firstToken(nowMs);
+    }
     if (this.firstEvents < 0) {
       this.firstEvents = events;
       this.paceAtMs = nowMs;
@@ -323,20 +328,18 @@ export class Lease implements ExchangeOwner, CancelSignal {
    * TTFT bucket; the worker's count comes only with the usage at the end, so the request's own
    * estimate (prompt characters / 4) stands in for it here.
    */
-  private firstToken(nowMs: number): void {
-    this.ttftSent = true;
+  private firstToken(nowMs: number): boolean {
     const feedback = this.pool?.adaptive;
     const dispatchedMs = this.dispatchedMs;
     const estimate = this.estimate;
-    if (feedback === undefined || dispatchedMs === undefined || estimate === undefined) {
-      this.ttftSent = false; // the answer's end reports it, as for a body that is not a stream
-      return;
-    }
+    // Without an estimate the answer's end reports it, with the worker's count.
+    if (feedback === undefined || dispatchedMs === undefined || estimate === undefined) return false;
     const ttftMs = nowMs - dispatchedMs;
     feedback.sample(
       { kind: "ok", ttftMs, promptTokens: estimate.promptTokens, spanMs: ttftMs },
       this.worker?.url,
     );
+    return true;
   }
 
   exchangeDone(status: number): void {
