@@ -964,7 +964,7 @@ function adaptiveTuning(
     resolveAdaptiveLimitOptions({ ...tuning, minCapacity: 1, maxCapacity: 1, initialCapacity: 1 });
   } catch (err) {
     if (!(err instanceof ConfigError)) throw err;
-    throw new ConfigError(`${where}.${err.path}`, err.message.slice(err.path.length + 2));
+    throw new ConfigError(`${where}.${err.path}`, err.reason);
   }
   return tuning;
 }

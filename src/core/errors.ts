@@ -78,9 +78,12 @@ export class ConfigError extends Error {
   override readonly name: string = "ConfigError";
   readonly code = "invalid_config";
   readonly path: string;
+  /** What is wrong, without the path: for re-raising under a longer path (a file, a block). */
+  readonly reason: string;
   constructor(path: string, reason: string) {
     super(path ? `${path}: ${reason}` : reason);
     this.path = path;
+    this.reason = reason;
   }
 }
 

@@ -693,8 +693,7 @@ export function resolveScenario(
       settings = parseSchedulerConfig(pol.scheduler);
     } catch (err) {
       if (!(err instanceof ConfigError)) throw err;
-      const reason = err.path ? err.message.slice(err.path.length + 2) : err.message;
-      throw new ConfigError(at(err.path ? `policy.scheduler.${err.path}` : "policy.scheduler"), reason);
+      throw new ConfigError(at(err.path ? `policy.scheduler.${err.path}` : "policy.scheduler"), err.reason);
     }
   } else {
     const key = pol.scheduler_config !== undefined ? "policy.scheduler_config" : "policy.gateway_config";
@@ -1100,7 +1099,7 @@ function capacitySettings(
     });
   } catch (err) {
     if (!(err instanceof ConfigError)) throw err;
-    const reason = err.message.slice(err.path.length + 2);
+    const reason = err.reason;
     if (ADAPTIVE_TUNING_KEYS.some(([, key]) => key === err.path)) {
       const inPolicy = pol.adaptive_tuning?.[err.path] !== undefined;
       throw new ConfigError(
@@ -1154,7 +1153,7 @@ function sheddingSettings(
   } catch (err) {
     if (!(err instanceof ConfigError)) throw err;
     const [block, key] = err.path.split(".") as [keyof CapacityKeys, string];
-    throw new ConfigError(`${keyPath(pol, block, at)}.${key}`, err.message.slice(err.path.length + 2));
+    throw new ConfigError(`${keyPath(pol, block, at)}.${key}`, err.reason);
   }
   return options;
 }
