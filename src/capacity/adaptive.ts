@@ -327,11 +327,14 @@ export class AdaptiveCapacity implements CapacitySource, CapacityFeedback {
         ? "probing"
         : "tracking";
     const capacity = this.capacity;
+    // The ceiling in force: adaptive_max_capacity, or what the healthy workers report when that is
+    // lower (when it is unset, always): the internal 16384 would read as a bound nobody set.
+    const ceiling = Math.min(this.maxCapacity, Math.max(this.minCapacity, this.discovered.capacity));
     return {
       ...head,
       limit: capacity,
       minCapacity: this.minCapacity,
-      maxCapacity: this.maxCapacity,
+      maxCapacity: ceiling,
       phase,
       windows: this.listWorkers === undefined ? head.windows : Math.max(0, ...snaps.map((s) => s.windows)),
       increases: sumOf("increases"),
@@ -347,7 +350,7 @@ export class AdaptiveCapacity implements CapacitySource, CapacityFeedback {
       heldBack: sumOf("heldBack"),
       // A level is one controller's: per worker it is in `workers`.
       breachCeiling: this.listWorkers === undefined ? head.breachCeiling : null,
-      bound: this.current <= this.minCapacity ? "min" : this.current >= this.maxCapacity ? "max" : head.bound,
+      bound: this.current <= this.minCapacity ? "min" : this.current >= ceiling ? "max" : head.bound,
       capacity,
       inflight: this.inflightNow,
       queued: this.queuedNow,

@@ -170,6 +170,8 @@ describe("adaptive capacity over HTTP", () => {
     const adaptive = fleet.gateway.adaptive;
     assert.ok(adaptive, "the gateway runs adaptive capacity");
     assert.equal(fleet.gateway.capacity.capacity, 64, "cold start from the discovered capacity");
+    // No adaptive_max_capacity: the ceiling shown is what the worker reports.
+    assert.equal(adaptive.snapshot().maxCapacity, 64);
 
     const load = closedLoop(fleet, 32);
     const limits: number[] = [];
