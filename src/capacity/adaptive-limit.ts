@@ -37,6 +37,15 @@
  *  5. hold: the dead band increaseBelow < ratio <= decreaseAbove, an idle limit, or no signal.
  * Every decrease takes at least 1; the result is clamped to [minCapacity, maxCapacity].
  *
+ * SLO band. With tpotSloMs, a window whose TPOT p90 is within sloBand of the set point
+ * (sloSetPoint x tpotSloMs) is weighed, not obeyed: its excess (p90 / set point - 1, negative under
+ * it) is added to the evidence, and rules 2 and 4 act only on evidence past sloBand: past +sloBand
+ * an SLO cut of sloMinDecrease, past -sloBand an increase of increaseStep (no doubling); the evidence
+ * then starts again from 0, and in between the limit holds (rule 3 still applies). One window's p90
+ * near the SLO is mostly noise, and where TPOT is flat in concurrency a cut on every p90 over the
+ * SLO and an increase on every one under it walk the limit at random. A window outside the band,
+ * an overload or a TTFT breach clears the evidence, and the rules act at once.
+ *
  * Breach ceiling. A worker overload, or an SLO missed by more than breachMargin (p90 > (1 +
  * breachMargin) x the SLO: not noise at the edge), marks the concurrency that ran: for
  * breachHoldMs no increase goes past one under it. The same level or a lower one breaching again
@@ -139,6 +148,10 @@
  *                                                                >= breachHoldMs)
  *   breachMargin           adaptive_breach_margin                0.1 (an SLO breach marks its level
  *                                                                when p90 > 1.1 x the SLO; >= 0)
+ *   sloBand                adaptive_slo_band                     0.1 (p90 within 10% of the set point
+ *                                                                is weighed over windows; 0: off; < 1)
+ *   sloSetPoint            adaptive_slo_set_point                0.97 (the band's centre, x tpot_slo_ms;
+ *                                                                > 0 and <= 1)
  */
 import type { Clock } from "../core/clock.js";
 import { ConfigError } from "../core/errors.js";
@@ -217,6 +230,8 @@ export interface AdaptiveTuning {
   breachHoldMs: number;
   breachHoldMaxMs: number;
   breachMargin: number;
+  sloBand: number;
+  sloSetPoint: number;
 }
 
 export interface AdaptiveLimitOptions extends Partial<AdaptiveTuning> {
@@ -271,6 +286,8 @@ export const ADAPTIVE_LIMIT_DEFAULTS: Readonly<AdaptiveTuning> = Object.freeze({
   breachHoldMs: 30_000,
   breachHoldMaxMs: 300_000,
   breachMargin: 0.1,
+  sloBand: 0.1,
+  sloSetPoint: 0.97,
 });
 
 /** The YAML key each option is read from; validation errors name these. */
@@ -306,6 +323,8 @@ export const ADAPTIVE_LIMIT_KEYS = Object.freeze({
   breachHoldMs: "adaptive_breach_hold_ms",
   breachHoldMaxMs: "adaptive_breach_hold_max_ms",
   breachMargin: "adaptive_breach_margin",
+  sloBand: "adaptive_slo_band",
+  sloSetPoint: "adaptive_slo_set_point",
 } as const satisfies Record<keyof ResolvedAdaptiveLimitOptions, string>);
 
 /**
@@ -477,6 +496,8 @@ export function resolveAdaptiveLimitOptions(options: AdaptiveLimitOptions): Reso
     breachHoldMs,
     breachHoldMaxMs,
     breachMargin: atLeastZero(pick("breachMargin"), K.breachMargin),
+    sloBand: share(pick("sloBand"), K.sloBand),
+    sloSetPoint: between(pick("sloSetPoint"), K.sloSetPoint, 0, 1, true),
   };
 }
 
@@ -578,6 +599,11 @@ export interface AdaptiveLimitSnapshot {
   /** Windows whose increase the breach ceiling held back. */
   ceilingHolds: number;
   /**
+   * The SLO band's evidence (sum of p90 / set point - 1 over the windows in the band since it last
+   * acted): past +adaptive_slo_band it cuts, past -adaptive_slo_band it grows. 0 without tpot_slo_ms.
+   */
+  sloEvidence: number;
+  /**
    * Slots of the limit the scheduler's reservations held back, unused, from the next class in
    * line at the last window close (setHeldBack); counted as run while work waits.
    */
@@ -606,6 +632,8 @@ interface WindowStats {
   sloBreach: boolean;
   /** min over the breached SLOs of slo / p90 (1 when none is breached). */
   sloGradient: number;
+  /** The TTFT p90 (all prompts) is above ttftSloMs. */
+  ttftBreach: boolean;
 }
 
 export class AdaptiveLimit {
@@ -652,6 +680,11 @@ export class AdaptiveLimit {
   private consecutiveDecreases = 0;
   /** SLO breaches past breachMargin in a row (windows read within the SLOs end the run). */
   private breachStreak = 0;
+  /**
+   * The SLO band's evidence: the sum, over the windows in a row whose TPOT p90 fell within
+   * sloBand of the set point, of p90 / (sloSetPoint x tpotSloMs) - 1 (see sloBandCall()).
+   */
+  private sloEvidence = 0;
   /** The running probe was started by probeAfterDecreases: its steps wait for fresh samples. */
   private freshProbe = false;
   /** The last window increased with latency well under the reference: the next increase is doubled. */
@@ -816,9 +849,8 @@ export class AdaptiveLimit {
     if (o.tpotSloMs !== undefined && tpotP90 !== undefined && tpotP90 > o.tpotSloMs) {
       sloGradient = Math.min(sloGradient, o.tpotSloMs / tpotP90);
     }
-    if (o.ttftSloMs !== undefined && ttftAllP90 !== undefined && ttftAllP90 > o.ttftSloMs) {
-      sloGradient = Math.min(sloGradient, o.ttftSloMs / ttftAllP90);
-    }
+    const ttftBreach = o.ttftSloMs !== undefined && ttftAllP90 !== undefined && ttftAllP90 > o.ttftSloMs;
+    if (ttftBreach) sloGradient = Math.min(sloGradient, o.ttftSloMs! / ttftAllP90!);
     const w: WindowStats = {
       now,
       limit,
@@ -831,6 +863,7 @@ export class AdaptiveLimit {
       bucketP90,
       sloBreach: sloGradient < 1,
       sloGradient,
+      ttftBreach,
     };
     this.frozen = overloads > 0 || w.sloBreach;
 
@@ -878,6 +911,7 @@ export class AdaptiveLimit {
       staleSamples: this.staleSamples,
       breachCeiling: this.ceiling !== undefined && now < this.ceiling.until ? this.ceiling.level : null,
       ceilingHolds: this.ceilingHolds,
+      sloEvidence: this.sloEvidence,
       heldBack: this.heldBack,
     };
   }
@@ -949,6 +983,7 @@ export class AdaptiveLimit {
       this.freshProbe = stuck;
       this.consecutiveDecreases = 0;
       this.breachStreak = 0;
+      this.sloEvidence = 0;
       this.boostNext = false; // the window before the next increase will be the probe's
       this.phase = "probing";
       return this.probeWindow(w);
@@ -962,6 +997,7 @@ export class AdaptiveLimit {
     // limit to it, its share of that would be smaller still, and the limit would saw.
     const held = w.queued ? this.heldBack : 0;
     const ran = w.peak > 0 ? Math.min(w.limit, Math.floor(w.peak + held)) : w.limit;
+    const band = this.sloBandCall(w);
     let decision: AdaptiveDecision;
     // A worker's overload, or an SLO missed by more than breachMargin (not noise at the edge),
     // marks the level that ran: increases stop under it for a while (the ceiling).
@@ -978,6 +1014,21 @@ export class AdaptiveLimit {
     }
     if (w.overloads > 0) {
       decision = this.shrink(ran * o.overloadFactor, "overload");
+    } else if (band === "cut") {
+      decision = this.shrink(ran * (1 - o.sloMinDecrease), "slo");
+    } else if (band !== undefined && ratio !== undefined && ratio > o.decreaseAbove) {
+      // The latency's own gradient still speaks inside the band (a knee under the SLO).
+      decision = this.shrink(this.shrunk(ran, gradient), "decrease");
+    } else if (band === "hold" || (band === "room" && !w.inUse)) {
+      decision = "hold";
+    } else if (band === "room") {
+      const cap = this.ceilingCap(w.now);
+      if (cap > w.limit) {
+        decision = this.grow(Math.min(w.limit + Math.max(1, Math.floor(w.limit * o.increaseStep)), cap));
+      } else {
+        this.ceilingHolds++;
+        decision = "hold";
+      }
     } else if (w.sloBreach) {
       // At least sloMinDecrease: the increases take 5% a window on a low reading, so a breach that
       // took less would let noise ratchet the limit up into the SLO.
@@ -1140,6 +1191,43 @@ export class AdaptiveLimit {
   private ceilingCap(now: number): number {
     const c = this.ceiling;
     return c === undefined || now >= c.until ? Number.POSITIVE_INFINITY : c.level - 1;
+  }
+
+  /**
+   * The SLO band. Near the TPOT SLO one window's p90 is mostly noise: from ten-odd samples it moves
+   * by 5-10% window to window, and where the TPOT curve is flat in concurrency (the simulator's
+   * incident: every worker 2x slower, its floor near the SLO) a cut on any p90 over the SLO and an
+   * increase on any under it made the limit a random walk (a pool of 22-41 around 31). So a window
+   * whose p90 lies within sloBand of the set point (sloSetPoint x tpotSloMs) adds its excess
+   * (p90 / set point - 1, negative under it) to the evidence, and only evidence past sloBand acts:
+   * "cut" (an SLO cut of sloMinDecrease) or "room" (an increase of increaseStep); in between the
+   * limit holds. A window outside the band acts at once through the usual rules (undefined) and
+   * clears the evidence, as do an overload and a TTFT breach; sloBand 0 turns the band off.
+   */
+  private sloBandCall(w: WindowStats): "cut" | "room" | "hold" | undefined {
+    const o = this.options;
+    // A window without a TPOT p90 (its samples carry over) changes nothing: most windows of a
+    // pool with few completions per second are such.
+    if (o.sloBand === 0 || o.tpotSloMs === undefined || w.tpotP90 === undefined) return undefined;
+    if (w.overloads > 0 || w.ttftBreach) {
+      this.sloEvidence = 0;
+      return undefined;
+    }
+    const excess = w.tpotP90 / (o.sloSetPoint * o.tpotSloMs) - 1;
+    if (!(Math.abs(excess) <= o.sloBand)) {
+      this.sloEvidence = 0;
+      return undefined;
+    }
+    this.sloEvidence += excess;
+    if (this.sloEvidence > o.sloBand) {
+      this.sloEvidence = 0;
+      return "cut";
+    }
+    if (this.sloEvidence < -o.sloBand) {
+      this.sloEvidence = 0;
+      return "room";
+    }
+    return "hold";
   }
 
   /** The store's p90 when it holds >= minSamples (then it is reset); else carries it over. */

@@ -101,6 +101,8 @@ export interface AdaptiveWorkerSnapshot {
   lastDecision: AdaptiveDecision;
   /** The level this worker last breached at, while its increases stay under it; else null. */
   breachCeiling: number | null;
+  /** This worker's SLO band evidence (see AdaptiveLimitSnapshot.sloEvidence). */
+  sloEvidence: number;
 }
 
 export type AdaptiveCapacitySnapshot = AdaptiveLimitSnapshot & {
@@ -369,6 +371,7 @@ export class AdaptiveCapacity implements CapacitySource, CapacityFeedback {
                 ratio: snaps[i]!.ratio,
                 lastDecision: snaps[i]!.lastDecision,
                 breachCeiling: snaps[i]!.breachCeiling,
+                sloEvidence: snaps[i]!.sloEvidence,
               },
             ],
       ),

@@ -483,10 +483,69 @@ describe("AdaptiveLimit: SLO breaches in a row", () => {
   });
 
   test("a breach within the margin (noise at the edge) never grows past 10%", () => {
-    // 1.05 x the SLO: over it, under adaptive_breach_margin (10%) over it.
-    const sim = atMax();
+    // 1.05 x the SLO: over it, under adaptive_breach_margin (10%) over it. Without the SLO band,
+    // which would weigh it (next block), every such window cuts.
+    const sim = atMax({ sloBand: 0 });
     sim.model.slowdown = (1.05 * slo) / (1.05 * BASE_TPOT);
     assert.deepEqual(kept(256, sim.run(3)), [0.9, 0.9, 0.9]);
+  });
+});
+
+describe("AdaptiveLimit: the SLO band", () => {
+  // A flat curve (no knee) settled at the maximum under the SLO; then TPOT is set window by window,
+  // so the p90 sits where a test puts it against the set point (0.97 x the SLO). The jitter's p90
+  // is about 1.04, so slowdown s puts the p90 near BASE_TPOT x 1.04 x s.
+  const slo = 1.4 * BASE_TPOT;
+  const setPoint = ADAPTIVE_LIMIT_DEFAULTS.sloSetPoint * slo;
+  const settled = (options: Partial<AdaptiveLimitOptions> = {}) => {
+    const sim = new Sim({ tpotSloMs: slo, initialCapacity: 256, ...options }, worker({ knee: 1000 }));
+    sim.demand = 300;
+    sim.run(120);
+    assert.equal(sim.ctl.limit, 256, "settled at the maximum under the SLO");
+    return sim;
+  };
+  /** Runs windows whose p90 is `x` times the set point, one per entry. */
+  const at = (sim: Sim, xs: number[]) =>
+    xs.map((x) => {
+      sim.model.slowdown = (x * setPoint) / (1.04 * BASE_TPOT);
+      sim.window();
+      return sim.ctl.limit;
+    });
+  const alternating = (n: number) => Array.from({ length: n }, (_, i) => (i % 2 === 0 ? 1.06 : 0.94));
+
+  test("a p90 that swings 6% either side of the set point holds the limit; without the band it walks down", (t) => {
+    const banded = at(settled(), alternating(30));
+    const plain = at(settled({ sloBand: 0 }), alternating(30));
+    t.diagnostic(`band: ${banded.slice(0, 12).join(" ")}; sloBand 0: ${plain.slice(0, 12).join(" ")}`);
+    assert.deepEqual(range(banded), [256, 256], `held: ${banded.join(" ")}`);
+    // Without it each window over the SLO (1.06 x 0.97 = 1.03 x) cuts 10% and each under it adds 5%.
+    assert.ok(plain.at(-1)! < 0.6 * 256, `walked down: ${plain.join(" ")}`);
+  });
+
+  test("a p90 that stays 5% over the SLO is no noise: the evidence cuts every other window", () => {
+    // 1.05 x the SLO is 1.0825 x the set point: 0.0825, then 0.165 > 0.1 cuts (10%) and starts again.
+    const sim = settled();
+    const x = 1.05 / ADAPTIVE_LIMIT_DEFAULTS.sloSetPoint;
+    assert.deepEqual(at(sim, [x]), [256]);
+    const evidence = sim.ctl.snapshot().sloEvidence;
+    assert.ok(Math.abs(evidence - 0.0825) < 0.02, `the snapshot shows the evidence: ${evidence}`);
+    const limits = at(sim, Array(5).fill(x));
+    assert.deepEqual(limits, [230, 230, 207, 207, 186]);
+    assert.equal(sim.ctl.snapshot().lastDecision, "slo");
+    assert.equal(sim.ctl.snapshot().sloEvidence, 0, "cleared when it acts");
+  });
+
+  test("room under the set point is weighed too: an increase once the evidence passes the band", () => {
+    // One window at 1.2 x the SLO (outside the band) cuts to 230; then 0.96 x the set point adds
+    // -0.04 a window, so every third window increases by 5% (the breach's ceiling, 255, allows it).
+    const sim = settled();
+    const limits = at(sim, [1.2 / ADAPTIVE_LIMIT_DEFAULTS.sloSetPoint, ...Array(6).fill(0.96)]);
+    assert.deepEqual(limits, [230, 230, 230, 241, 241, 241, 253]);
+  });
+
+  test("outside the band the rules act at once: 1.2 x the SLO cuts in its own window", () => {
+    const sim = settled();
+    assert.deepEqual(at(sim, [1.2 / ADAPTIVE_LIMIT_DEFAULTS.sloSetPoint]), [230]);
   });
 });
 
