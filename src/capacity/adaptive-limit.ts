@@ -26,7 +26,7 @@
  *     and by at least sloMinDecrease; the n-th breach past breachMargin in a row (no window read
  *     within the SLOs between them) by at least min(sloMaxDecrease, n x sloMinDecrease): a breach
  *     that persists is no noise. Far above (p90 > sloFarAbove x slo), at least to
- *     limit * max(1/2, (1 - sloMinDecrease) * sloFarAbove * slo / p90): an overload many times the
+ *     limit * max(sloFarFloor, (1 - sloMinDecrease) * sloFarAbove * slo / p90): an overload many times the
  *     SLO (a cold start far past the knee) comes down in a few windows, not dozens.
  *  3. decrease: ratio > decreaseAbove: the same shrink with g = max(minGradient, gradient), so a
  *     step takes at most smoothing * (1 - minGradient) = 10%.
@@ -141,7 +141,9 @@
  *                                                                then 30% each; >= sloMinDecrease,
  *                                                                which it follows when unset)
  *   sloFarAbove            adaptive_slo_far_above                2 (p90 past 2x a ceiling: the cut is
- *                                                                proportional, up to half; >= 1)
+ *                                                                proportional; >= 1)
+ *   sloFarFloor            adaptive_slo_far_floor                0.25 (that cut keeps at least a
+ *                                                                quarter a window; > 0 and <= 1)
  *   breachHoldMs           adaptive_breach_hold_ms               30000 (a breached level binds
  *                                                                increases this long; 0: never)
  *   breachHoldMaxMs        adaptive_breach_hold_max_ms           300000 (the doubled hold's cap;
@@ -227,6 +229,7 @@ export interface AdaptiveTuning {
   sloMinDecrease: number;
   sloMaxDecrease: number;
   sloFarAbove: number;
+  sloFarFloor: number;
   breachHoldMs: number;
   breachHoldMaxMs: number;
   breachMargin: number;
@@ -283,6 +286,7 @@ export const ADAPTIVE_LIMIT_DEFAULTS: Readonly<AdaptiveTuning> = Object.freeze({
   sloMinDecrease: 0.1,
   sloMaxDecrease: 0.3,
   sloFarAbove: 2,
+  sloFarFloor: 0.25,
   breachHoldMs: 30_000,
   breachHoldMaxMs: 300_000,
   breachMargin: 0.1,
@@ -320,6 +324,7 @@ export const ADAPTIVE_LIMIT_KEYS = Object.freeze({
   sloMinDecrease: "adaptive_slo_min_decrease",
   sloMaxDecrease: "adaptive_slo_max_decrease",
   sloFarAbove: "adaptive_slo_far_above",
+  sloFarFloor: "adaptive_slo_far_floor",
   breachHoldMs: "adaptive_breach_hold_ms",
   breachHoldMaxMs: "adaptive_breach_hold_max_ms",
   breachMargin: "adaptive_breach_margin",
@@ -493,6 +498,7 @@ export function resolveAdaptiveLimitOptions(options: AdaptiveLimitOptions): Reso
     sloMinDecrease,
     sloMaxDecrease,
     sloFarAbove: atLeastOne(pick("sloFarAbove"), K.sloFarAbove),
+    sloFarFloor: between(pick("sloFarFloor"), K.sloFarFloor, 0, 1, true),
     breachHoldMs,
     breachHoldMaxMs,
     breachMargin: atLeastZero(pick("breachMargin"), K.breachMargin),
@@ -1260,13 +1266,17 @@ export class AdaptiveLimit {
    * Far above an SLO (p90 > sloFarAbove x the ceiling, i.e. `sloGradient` < 1 / sloFarAbove) a
    * breach's cut is proportional, so an overload many times the SLO (a cold start far past the
    * knee, where each answer takes a minute) takes a few windows instead of dozens: ran x
-   * (1 - sloMinDecrease) x sloFarAbove x sloGradient, at least half of ran. It meets the usual
-   * 10% step where p90 = sloFarAbove x the ceiling. Infinity (no bound) nearer the ceiling.
+   * (1 - sloMinDecrease) x sloFarAbove x sloGradient, at least sloFarFloor of ran. It meets the
+   * usual 10% step where p90 = sloFarAbove x the ceiling. Infinity (no bound) nearer the ceiling.
+   * A TPOT that falls with concurrency lands at 1.8x the ceiling or under (it falls slower under a
+   * knee), so the cut is conservative, and the floor (a quarter) only bounds a window's step:
+   * each step waits for the requests above the new limit to drain, at a cold start answers of
+   * tens of seconds, and a floor of a half cost one such drain per halving.
    */
   private farCut(ran: number, sloGradient: number): number {
     const o = this.options;
     if (!(sloGradient * o.sloFarAbove < 1)) return Number.POSITIVE_INFINITY;
-    return ran * Math.max(0.5, (1 - o.sloMinDecrease) * o.sloFarAbove * sloGradient);
+    return ran * Math.max(o.sloFarFloor, (1 - o.sloMinDecrease) * o.sloFarAbove * sloGradient);
   }
 
   /** limit * (1 - smoothing * (1 - max(minGradient, gradient))). */
