@@ -142,8 +142,8 @@
  *                                                                which it follows when unset)
  *   sloFarAbove            adaptive_slo_far_above                2 (p90 past 2x a ceiling: the cut is
  *                                                                proportional; >= 1)
- *   sloFarFloor            adaptive_slo_far_floor                0.25 (that cut keeps at least a
- *                                                                quarter a window; > 0 and <= 1)
+ *   sloFarFloor            adaptive_slo_far_floor                0.5 (that cut keeps at least half
+ *                                                                a window; > 0 and <= 1)
  *   breachHoldMs           adaptive_breach_hold_ms               30000 (a breached level binds
  *                                                                increases this long; 0: never)
  *   breachHoldMaxMs        adaptive_breach_hold_max_ms           300000 (the doubled hold's cap;
@@ -286,7 +286,7 @@ export const ADAPTIVE_LIMIT_DEFAULTS: Readonly<AdaptiveTuning> = Object.freeze({
   sloMinDecrease: 0.1,
   sloMaxDecrease: 0.3,
   sloFarAbove: 2,
-  sloFarFloor: 0.25,
+  sloFarFloor: 0.5,
   breachHoldMs: 30_000,
   breachHoldMaxMs: 300_000,
   breachMargin: 0.1,
@@ -1269,9 +1269,11 @@ export class AdaptiveLimit {
    * (1 - sloMinDecrease) x sloFarAbove x sloGradient, at least sloFarFloor of ran. It meets the
    * usual 10% step where p90 = sloFarAbove x the ceiling. Infinity (no bound) nearer the ceiling.
    * A TPOT that falls with concurrency lands at 1.8x the ceiling or under (it falls slower under a
-   * knee), so the cut is conservative, and the floor (a quarter) only bounds a window's step:
-   * each step waits for the requests above the new limit to drain, at a cold start answers of
-   * tens of seconds, and a floor of a half cost one such drain per halving.
+   * knee), so the cut is conservative, and the floor only bounds a window's step. Each step waits
+   * for the requests above the new limit to drain (at a cold start, answers of tens of seconds):
+   * a quarter saves a drain where the limit is the worker's concurrency, but under reservations
+   * the waiting class gets only its share of the cut limit and climbs back at the increase rule's
+   * pace, so the default stays a half (docs/adaptive.md has both runs).
    */
   private farCut(ran: number, sloGradient: number): number {
     const o = this.options;
