@@ -1028,13 +1028,7 @@ export class AdaptiveLimit {
     } else if (band === "hold" || (band === "room" && !w.inUse)) {
       decision = "hold";
     } else if (band === "room") {
-      const cap = this.ceilingCap(w.now);
-      if (cap > w.limit) {
-        decision = this.grow(Math.min(w.limit + Math.max(1, Math.floor(w.limit * o.increaseStep)), cap));
-      } else {
-        this.ceilingHolds++;
-        decision = "hold";
-      }
+      decision = this.stepUp(w, 1);
     } else if (w.sloBreach) {
       // At least sloMinDecrease: the increases take 5% a window on a low reading, so a breach that
       // took less would let noise ratchet the limit up into the SLO.
@@ -1057,16 +1051,8 @@ export class AdaptiveLimit {
       // After a window well under the reference, the next increase takes twice the step: a limit
       // climbing back after an incident (latency far under its baseline) is not held to 5% a
       // window, while one near its knee (ratio in 1/increaseBelow .. increaseBelow) still is.
-      const k = this.boostNext ? 2 : 1;
-      const wanted = w.limit + Math.max(k, Math.floor(w.limit * o.increaseStep * k));
-      const cap = this.ceilingCap(w.now);
-      if (cap > w.limit) {
-        decision = this.grow(Math.min(wanted, cap));
-        this.boostNext = ratio <= 1 / o.increaseBelow;
-      } else {
-        this.ceilingHolds++;
-        decision = "hold";
-      }
+      decision = this.stepUp(w, this.boostNext ? 2 : 1);
+      if (decision === "increase") this.boostNext = ratio <= 1 / o.increaseBelow;
     } else {
       decision = "hold";
     }
@@ -1197,6 +1183,21 @@ export class AdaptiveLimit {
   private ceilingCap(now: number): number {
     const c = this.ceiling;
     return c === undefined || now >= c.until ? Number.POSITIVE_INFINITY : c.level - 1;
+  }
+
+  /**
+   * Rule 4's step, k times increaseStep (at least k), up to one under the breach ceiling; a hold
+   * (counted in ceilingHolds) when the ceiling leaves no room.
+   */
+  private stepUp(w: WindowStats, k: number): AdaptiveDecision {
+    const cap = this.ceilingCap(w.now);
+    if (!(cap > w.limit)) {
+      this.ceilingHolds++;
+      return "hold";
+    }
+    return this.grow(
+      Math.min(w.limit + Math.max(k, Math.floor(w.limit * this.options.increaseStep * k)), cap),
+    );
   }
 
   /**
