@@ -205,6 +205,45 @@ describe("mock worker: other endpoints", () => {
     });
   });
 
+  test("a stream interval sends several tokens per event, reports it, and keeps usage exact", async () => {
+    await withWorker({ streamInterval: 4 }, async (w) => {
+      const info = (await (await request(`${w.url}/get_server_info`)).body.json()) as Record<string, unknown>;
+      assert.equal(info["stream_interval"], 4);
+      const chat = await postJson(w, "/v1/chat/completions", {
+        messages: [{ role: "user", content: "hi" }],
+        max_tokens: 10,
+        stream: true,
+        stream_options: { include_usage: true },
+      });
+      const chunks = sseData(chat.text)
+        .slice(0, -1)
+        .map((d) => JSON.parse(d));
+      // Role, three token events (4, 4, then the last 2 at the end), finish, usage.
+      assert.deepEqual(
+        chunks.map((c) => c.choices[0]?.delta.content ?? null),
+        ["", "tok0 tok1 tok2 tok3", " tok4 tok5 tok6 tok7", " tok8 tok9", null, null],
+      );
+      assert.equal(chunks.at(-1).usage.completion_tokens, 10);
+      const generate = await postJson(w, "/generate", {
+        text: "abcdefgh",
+        sampling_params: { max_new_tokens: 5 },
+        stream: true,
+      });
+      const texts = sseData(generate.text)
+        .slice(0, -1)
+        .map((d) => JSON.parse(d));
+      assert.deepEqual(
+        texts.map((c) => [c.text, c.meta_info.completion_tokens]),
+        [
+          ["tok0 tok1 tok2 tok3", 4],
+          ["tok0 tok1 tok2 tok3 tok4", 5],
+        ],
+      );
+      assert.equal(texts.at(-1).meta_info.finish_reason.type, "length");
+    });
+    assert.throws(() => resolveOptions({ streamInterval: 0 }), /streamInterval must be a positive integer/);
+  });
+
   test("/v1/models, 404 and 400 on bad JSON", async () => {
     await withWorker({ model: "mx" }, async (w) => {
       const models = await request(`${w.url}/v1/models`);

@@ -114,6 +114,8 @@ export class Lease implements ExchangeOwner, CancelSignal {
   private paceEvents = 0;
   private firstEvents = -1;
   private paceSamples = 0;
+  /** Output tokens per event of this worker's streams, read as the stream starts (tokens-per-event.ts). */
+  private tokensPerEvent = 1;
   /** A stream's first event was seen; its TTFT went to adaptive capacity then (`ttftSent`). */
   private firstSeen = false;
   private ttftSent = false;
@@ -281,6 +283,7 @@ export class Lease implements ExchangeOwner, CancelSignal {
     const adaptive = this.pool?.adaptive !== undefined;
     this.firstEvents = -1;
     this.paceSamples = 0;
+    this.tokensPerEvent = this.worker?.tokensPerEvent.value ?? 1;
     this.firstSeen = false;
     this.ttftSent = false;
     // The callback is made only in adaptive mode: a static gateway allocates nothing for it.
@@ -311,7 +314,7 @@ export class Lease implements ExchangeOwner, CancelSignal {
     }
     const feedback = this.pool?.adaptive;
     if (feedback === undefined || nowMs - this.paceAtMs < (feedback.paceIntervalMs ?? 5000)) return;
-    const tokens = events - this.paceEvents;
+    const tokens = (events - this.paceEvents) * this.tokensPerEvent;
     if (tokens < 1) return;
     const spanMs = nowMs - this.paceAtMs;
     feedback.sample({ kind: "ok", tpotMs: spanMs / tokens, spanMs }, this.worker?.url);
@@ -472,7 +475,11 @@ export class Lease implements ExchangeOwner, CancelSignal {
     const output = usage.outputTokens;
     // Since the dispatch: a cold start's probe drops a sample that began before its last step.
     const spanMs = endMs - dispatchedMs;
-    if (this.reader?.isStream === true) {
+    const reader = this.reader;
+    if (reader?.isStream === true) {
+      // Its own count against the events that carried it: the pace of the next streams reads
+      // tokens, not events (one framing event besides the sure ones: a role or a finish chunk).
+      this.worker?.tokensPerEvent.learn(output, reader.events - reader.framingEvents - 1);
       // A stream: its first byte is the first token, and the rest came at the decode pace. The
       // pace up to the last mark went out while it ran (onChunk), and so did the TTFT (at the
       // first event); this sample has the rest.
@@ -482,7 +489,7 @@ export class Lease implements ExchangeOwner, CancelSignal {
       } else {
         // Only a tail of PACE_MIN_TAIL_TOKENS or more: SSE events are not exactly tokens, and
         // over a few tokens one miscounted reads as a pace far off.
-        const rest = output - 1 - (this.paceEvents - this.firstEvents);
+        const rest = output - 1 - (this.paceEvents - this.firstEvents) * this.tokensPerEvent;
         tpotMs = rest >= PACE_MIN_TAIL_TOKENS ? (endMs - this.paceAtMs) / rest : undefined;
       }
       if (!this.ttftSent) {

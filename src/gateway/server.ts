@@ -576,6 +576,8 @@ export async function startGateway(options: GatewayOptions, outcomes?: OutcomeSi
         circuit: w.breaker.state,
         capacity: w.capacity,
         inflight: w.inflight,
+        // Output tokens per event of its streams (adaptive capacity's pace; 1 unless learned or reported).
+        tokens_per_event: Number(w.tokensPerEvent.value.toFixed(3)),
         models: w.served.kind === "models" ? w.served.models : w.served.kind,
         pool: w.group?.name ?? null,
       })),

@@ -142,6 +142,8 @@ export class UsageReader {
   private gaveUp = false;
   /** SSE events read so far (about one per token for OpenAI-compatible servers). */
   events = 0;
+  /** Of those, the ones that carry no token for sure: `[DONE]` and a usage chunk without choices. */
+  framingEvents = 0;
 
   /**
    * `onChunk`, for a stream: called after each chunk with the events read so far (adaptive
@@ -221,6 +223,7 @@ export class UsageReader {
     const rest = this.pending;
     this.pending = undefined;
     if (rest === undefined || rest.length === 0) return undefined;
+    this.events++;
     const sent = this.readEvent(rest);
     return this.strip && sent.length > 0 ? sent : undefined;
   }
@@ -237,7 +240,11 @@ export class UsageReader {
       return this.strip ? without(event, tail.from, tail.to) : event;
     }
     const at = event.indexOf(USAGE_KEY);
-    if (at === -1) return event;
+    if (at === -1) {
+      // Only a short event can be `data: [DONE]`: one length test for every token event.
+      if (event.length <= MAX_DONE_EVENT_BYTES && event.includes(DONE)) this.framingEvents++;
+      return event;
+    }
     // The common case with usage requested: `"usage":null` on every chunk, nothing to read.
     if (isNullAfterBytes(event, at + USAGE_KEY.length)) {
       if (this.strip) {
@@ -267,7 +274,10 @@ export class UsageReader {
         if (usage !== undefined) {
           this.found = usage;
           const choices = doc.choices;
-          if (this.strip && Array.isArray(choices) && choices.length === 0) return false;
+          if (Array.isArray(choices) && choices.length === 0) {
+            this.framingEvents++;
+            if (this.strip) return false;
+          }
         }
       } catch {
         // A data line that is not JSON: forward as is.
@@ -278,6 +288,9 @@ export class UsageReader {
 }
 
 const EMPTY = Buffer.alloc(0);
+const DONE = "[DONE]";
+/** `data: [DONE]` with CRLF endings and a space or two to spare. */
+const MAX_DONE_EVENT_BYTES = 24;
 
 /**
  * Where the first complete SSE event from `pos` ends, past its blank line ("\n\n" or "\r\n\r\n");

@@ -35,6 +35,7 @@ import {
 } from "../routing/policy.js";
 import type { HealthCheckOptions, WorkerPolicy, WorkerSpec } from "./options.js";
 import type { ServedModels } from "./pool-formation.js";
+import { TokensPerEvent } from "./tokens-per-event.js";
 
 export const UNREPORTED_WORKER_CAPACITY = 64;
 /** A worker reporting more running requests than this is lying or misconfigured. */
@@ -45,6 +46,8 @@ export class Worker {
   pool: Pool;
   readonly configuredCapacity: number | undefined;
   reportedCapacity: number | undefined;
+  /** Output tokens per event of its streams, for adaptive capacity's pace (SGLang reports its interval). */
+  readonly tokensPerEvent = new TokensPerEvent();
   /** Context length the worker reports (vLLM `max_model_len`, SGLang `context_length`). */
   contextLength: number | undefined;
   /** `Authorization` value sent to this worker (its own API key), if any. */
@@ -576,6 +579,7 @@ export class WorkerPool {
           `worker reports an unusable max_running_requests; using ${worker.capacity}`,
         );
       }
+      worker.tokensPerEvent.seed(info.stream_interval);
       const context = info.context_length;
       if (typeof context === "number" && Number.isInteger(context) && context > 0) {
         worker.contextLength = context;

@@ -35,6 +35,7 @@ interface CliOptions {
   knee: number;
   kneeSlowdown: number;
   defaultMaxTokens: number;
+  streamInterval: number;
   model: string;
   strictModels: boolean;
   reportCapacity: boolean;
@@ -72,6 +73,12 @@ export async function runMockWorkerCli(argv: string[]): Promise<void> {
       "delay multiplier added per running request past the knee",
       nonNegative,
       0.5,
+    )
+    .option(
+      "--stream-interval <n>",
+      "output tokens per streamed event (as SGLang's flag; speculative decoding also sends several)",
+      integer(1),
+      1,
     )
     .option("--default-max-tokens <n>", "output length when a request sets none", integer(0), 16)
     .option(
@@ -125,6 +132,7 @@ export async function runMockWorkerCli(argv: string[]): Promise<void> {
     knee: opts.knee,
     kneeSlowdown: opts.kneeSlowdown,
     defaultMaxTokens: opts.defaultMaxTokens,
+    streamInterval: opts.streamInterval,
     model: models[0]!,
     servedModels: models,
     strictModels: opts.strictModels === true,

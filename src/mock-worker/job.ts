@@ -22,6 +22,8 @@ export class Job implements BatchEntry, TokenSink {
   private finished = false;
   private readonly hang: boolean;
   private readonly dieAfter: number | undefined;
+  /** Output tokens generated but not yet streamed (a stream interval above 1 sends them together). */
+  private unsentFrom = 0;
 
   constructor(
     private readonly res: ServerResponse,
@@ -29,6 +31,7 @@ export class Job implements BatchEntry, TokenSink {
     private readonly request: InferenceRequest,
     private readonly format: ResponseFormat,
     private readonly timing: Timing,
+    private readonly streamInterval: number,
     fault?: JobFault,
   ) {
     this.hang = fault?.kind === "hang";
@@ -57,7 +60,12 @@ export class Job implements BatchEntry, TokenSink {
       return true;
     }
     let ok = true;
-    for (const event of this.format.tokenEvents(index)) ok = writeEvent(this.res, event);
+    const end = index + 1;
+    // Every streamInterval tokens, and at the last one (or at a fault's cut), one event carries them.
+    const last = end >= this.request.maxTokens || (this.dieAfter !== undefined && end >= this.dieAfter);
+    if (end - this.unsentFrom < this.streamInterval && !last) return true;
+    for (const event of this.format.tokenEvents(this.unsentFrom, end)) ok = writeEvent(this.res, event);
+    this.unsentFrom = end;
     if (this.dieAfter !== undefined && index + 1 >= this.dieAfter) this.die();
     return ok;
   }

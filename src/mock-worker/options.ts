@@ -43,6 +43,14 @@ export interface MockWorkerOptions {
   knee?: number;
   /** Slowdown per running request past the knee, default 0.5. */
   kneeSlowdown?: number;
+  /**
+   * Output tokens per streamed event, default 1 (SGLang's `--stream-interval`; speculative
+   * decoding also sends several at once): a stream carries ceil(tokens / streamInterval) token
+   * events, each with that many tokens' text. Reported at /get_server_info as `stream_interval`.
+   */
+  streamInterval?: number;
+  /** Default true; false = /get_server_info omits `stream_interval` (a worker whose events must be learned). */
+  reportStreamInterval?: boolean;
   /** Output length when the request gives none, default 16. */
   defaultMaxTokens?: number;
   /** Initial health, default true. */
@@ -153,6 +161,8 @@ export function resolveOptions(opts: MockWorkerOptions = {}): ResolvedOptions {
     knee: opts.knee ?? 0,
     kneeSlowdown: opts.kneeSlowdown ?? 0.5,
     defaultMaxTokens: opts.defaultMaxTokens ?? 16,
+    streamInterval: opts.streamInterval ?? 1,
+    reportStreamInterval: opts.reportStreamInterval ?? true,
     healthy: opts.healthy ?? true,
     reportCapacity: opts.reportCapacity ?? true,
     reportedCapacity: opts.reportedCapacity,
@@ -167,6 +177,9 @@ export function resolveOptions(opts: MockWorkerOptions = {}): ResolvedOptions {
   }
   if (!Number.isInteger(resolved.defaultMaxTokens) || resolved.defaultMaxTokens < 0) {
     throw new RangeError(`defaultMaxTokens must be a non-negative integer, got ${resolved.defaultMaxTokens}`);
+  }
+  if (!Number.isInteger(resolved.streamInterval) || resolved.streamInterval < 1) {
+    throw new RangeError(`streamInterval must be a positive integer, got ${resolved.streamInterval}`);
   }
   for (const key of [
     "contextLength",

@@ -3,7 +3,14 @@
  * (`/v1/chat/completions`, `/v1/completions`) and SGLang's native `/generate`.
  */
 
-import { generatedText, isRecord, messagesChars, promptTokens, tokensForChars, tokenText } from "./tokens.js";
+import {
+  generatedText,
+  isRecord,
+  messagesChars,
+  promptTokens,
+  tokensForChars,
+  tokensText,
+} from "./tokens.js";
 
 export type Endpoint = "chat" | "completion" | "generate";
 
@@ -77,8 +84,8 @@ export function errorBody(message: string, type: string, code: string | null = n
  * or the whole body at once.
  */
 export interface ResponseFormat {
-  /** Events for output token `index`, in order. */
-  tokenEvents(index: number): unknown[];
+  /** Events carrying output tokens `from` .. `to - 1` (one, or several at a stream interval), in order. */
+  tokenEvents(from: number, to: number): unknown[];
   /** Events after the last token (before `[DONE]`). */
   endEvents(): unknown[];
   /** The non-streaming body. */
@@ -138,9 +145,9 @@ class ChatFormat implements ResponseFormat {
     return chunk;
   }
 
-  tokenEvents(index: number): unknown[] {
-    const token = this.chunk({ content: tokenText(index) }, null);
-    return index === 0 ? [this.chunk({ role: "assistant", content: "" }, null), token] : [token];
+  tokenEvents(from: number, to: number): unknown[] {
+    const token = this.chunk({ content: tokensText(from, to) }, null);
+    return from === 0 ? [this.chunk({ role: "assistant", content: "" }, null), token] : [token];
   }
 
   endEvents(): unknown[] {
@@ -199,8 +206,8 @@ class CompletionFormat implements ResponseFormat {
     return chunk;
   }
 
-  tokenEvents(index: number): unknown[] {
-    return [this.chunk(tokenText(index), null)];
+  tokenEvents(from: number, to: number): unknown[] {
+    return [this.chunk(tokensText(from, to), null)];
   }
 
   endEvents(): unknown[] {
@@ -265,9 +272,9 @@ class GenerateFormat implements ResponseFormat {
     };
   }
 
-  tokenEvents(index: number): unknown[] {
-    this.text += tokenText(index);
-    return [this.chunk(index + 1, index + 1 === this.req.maxTokens)];
+  tokenEvents(from: number, to: number): unknown[] {
+    this.text += tokensText(from, to);
+    return [this.chunk(to, to === this.req.maxTokens)];
   }
 
   endEvents(): unknown[] {

@@ -159,6 +159,8 @@ export function startMockWorker(opts?: MockWorkerOptions): Promise<MockWorker> {
       version: "sluice-mock",
       context_length: o.contextLength,
     };
+    // SGLang lists its server arguments here, this one among them.
+    if (o.reportStreamInterval) info["stream_interval"] = o.streamInterval;
     if (o.reportCapacity) {
       info["max_running_requests"] = reportedCapacity === undefined ? o.maxRunningRequests : reportedCapacity;
     }
@@ -330,7 +332,7 @@ export function startMockWorker(opts?: MockWorkerOptions): Promise<MockWorker> {
       timing.ttftMs += o.prefillMsPerToken * (request.promptTokens - cached);
     }
     const format = responseFormat(request, ++seq, o.model);
-    new Job(res, batcher, request, format, timing, fault).begin();
+    new Job(res, batcher, request, format, timing, o.streamInterval, fault).begin();
   }
 
   function logReceived(req: IncomingMessage, url: string, inference: boolean): ReceivedRequest | undefined {

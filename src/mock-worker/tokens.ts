@@ -8,11 +8,16 @@ export function tokenText(index: number): string {
   return index === 0 ? "tok0" : ` tok${index}`;
 }
 
+/** The text of output tokens `from` .. `to - 1`. */
+export function tokensText(from: number, to: number): string {
+  let text = "";
+  for (let i = from; i < to; i++) text += tokenText(i);
+  return text;
+}
+
 /** The full output of `count` tokens. */
 export function generatedText(count: number): string {
-  let text = "";
-  for (let i = 0; i < count; i++) text += tokenText(i);
-  return text;
+  return tokensText(0, count);
 }
 
 /** prompt_tokens = ceil(characters / 4), the usual rule of thumb for English text. */

@@ -7,8 +7,9 @@
 import assert from "node:assert/strict";
 import { describe, type TestContext, test } from "node:test";
 import { PACE_MIN_TAIL_TOKENS } from "../../src/capacity/adaptive.js";
+import type { AdaptiveTuning } from "../../src/capacity/adaptive-limit.js";
 import { ManualClock } from "../../src/core/clock.js";
-import type { MockWorker } from "../../src/mock-worker/index.js";
+import type { MockWorker, MockWorkerOptions } from "../../src/mock-worker/index.js";
 import type { StateOptions } from "../../src/state/redis/options.js";
 import { type Fleet, metric, schedulerDoc, startFleet } from "../harness.js";
 import { redisOrSkip, statePrefix } from "../state/services.js";
@@ -72,11 +73,16 @@ interface FedSample {
 }
 
 /** A fleet of one worker at `tokenDelayMs` a token, with every `ok` sample recorded as fed. */
-async function paceFleet(t: TestContext, tokenDelayMs: number) {
+async function paceFleet(
+  t: TestContext,
+  tokenDelayMs: number,
+  worker: MockWorkerOptions = {},
+  tuning: Partial<AdaptiveTuning> = {},
+) {
   const fleet = await startFleet(t, {
-    workers: [{ maxRunningRequests: 8, ttftMs: 5, tokenDelayMs, batchSlowdown: 0 }],
+    workers: [{ maxRunningRequests: 8, ttftMs: 5, tokenDelayMs, batchSlowdown: 0, ...worker }],
     schedulerYaml: schedulerDoc({}),
-    gateway: { capacity: { mode: "adaptive", minCapacity: 1, tpotSloMs: 1000 } },
+    gateway: { capacity: { mode: "adaptive", minCapacity: 1, tpotSloMs: 1000, tuning } },
   });
   const adaptive = fleet.gateway.adaptive!;
   const samples: FedSample[] = [];
@@ -248,6 +254,47 @@ describe("adaptive capacity over HTTP", () => {
     assert.equal(paced.length, 2, `a mark while it runs, then the rest: ${detail}`);
     assert.ok(paced[0]!.at < ended - 100, `the mark comes while the stream runs: ${detail}`);
     for (const x of paced) assert.ok(x.tpotMs! >= 20 && x.tpotMs! <= 50, `about 25 ms a token: ${detail}`);
+  });
+
+  test("a worker streaming 4 tokens an event: the pace reads tokens once a stream has taught it, or at once when the worker reports its interval", async (t) => {
+    // 10 ms a token, a window of 200 ms: a pace mark about every second. SGLang's --stream-interval 4
+    // (or speculative decoding) sends 4 tokens an event; read as one each, the pace is 4x slow.
+    const unreported = { streamInterval: 4, reportStreamInterval: false };
+    const { fleet, adaptive, samples } = await paceFleet(t, 10, unreported, { windowMs: 200 });
+    assert.equal(adaptive.paceIntervalMs, 1000);
+    const perEvent = () =>
+      (fleet.gateway.status() as { workers: Array<{ tokens_per_event: number }> }).workers[0]!
+        .tokens_per_event;
+    assert.equal(perEvent(), 1, "nothing reported, nothing learned yet");
+    const marks = () =>
+      samples.filter((x) => x.ttftMs === undefined && x.spanMs! < 1500).map((x) => x.tpotMs!);
+    assert.equal((await fleet.chat({ stream: true, max_tokens: 240 })).status, 200);
+    const before = marks();
+    const detail = () =>
+      `marks before ${before.map(Math.round)}; all ${JSON.stringify(samples.map(({ at: _, ...x }) => x))}`;
+    assert.ok(before.length >= 1, `a mark while the first stream ran: ${detail()}`);
+    for (const tpot of before) assert.ok(tpot >= 30, `the first stream's marks read events: ${detail()}`);
+    // Learned from the first stream's usage: 240 tokens in 60 token events.
+    const learned = perEvent();
+    assert.ok(learned >= 3.6 && learned <= 4.4, `learned ${learned}`);
+    samples.length = 0;
+    assert.equal((await fleet.chat({ stream: true, max_tokens: 240 })).status, 200);
+    const after = marks();
+    assert.ok(after.length >= 1, detail());
+    for (const tpot of after)
+      assert.ok(tpot >= 8 && tpot <= 14, `about 10 ms a token now: ${after.map(Math.round)}`);
+
+    // A worker that reports its interval (SGLang's /get_server_info) is read right from the start.
+    const reported = await paceFleet(t, 10, { streamInterval: 4 }, { windowMs: 200 });
+    const status = reported.fleet.gateway.status() as { workers: Array<{ tokens_per_event: number }> };
+    assert.equal(status.workers[0]!.tokens_per_event, 4);
+    assert.equal((await reported.fleet.chat({ stream: true, max_tokens: 240 })).status, 200);
+    const first = reported.samples
+      .filter((x) => x.ttftMs === undefined && x.spanMs! < 1500)
+      .map((x) => x.tpotMs!);
+    assert.ok(first.length >= 1, `marks: ${first}`);
+    for (const tpot of first)
+      assert.ok(tpot >= 8 && tpot <= 14, `about 10 ms a token: ${first.map(Math.round)}`);
   });
 
   test("ttft_slo_ms acts at a cold start while the first cohort still streams: its TTFTs come at the first token", async (t) => {

@@ -41,6 +41,9 @@ test("any chunking of a stream gives the same bytes, the null usage stripped and
         out += reader.flush()?.toString() ?? "";
         assert.equal(out, expected(events) + DONE);
         assert.deepEqual(reader.usage, { inputTokens: 7, outputTokens: 3 });
+        // Every event counted once whatever the cuts; the usage chunk and [DONE] carry no token.
+        assert.equal(reader.events, events.length + 2);
+        assert.equal(reader.framingEvents, 2);
       },
     ),
     { numRuns: 300, seed: 7 },
@@ -66,6 +69,9 @@ test("a client that asked for usage gets every byte untouched, and the usage is 
         assert.equal(reader.flush(), undefined);
         assert.ok(Buffer.concat(out).equals(whole));
         assert.deepEqual(reader.usage, { inputTokens: 7, outputTokens: 3 });
+        // Every event counted once whatever the cuts; the usage chunk and [DONE] carry no token.
+        assert.equal(reader.events, events.length + 2);
+        assert.equal(reader.framingEvents, 2);
       },
     ),
     { numRuns: 300, seed: 11 },
@@ -77,6 +83,18 @@ test("a stream cut off without its blank line still gives its last event to the 
   const first = reader.transform(Buffer.from('data: {"a":1,"usage":null}\n\ndata: {"b":2,"usage":null}'));
   assert.equal(first.toString(), 'data: {"a":1}\n\n');
   assert.equal(reader.flush()?.toString(), 'data: {"b":2}');
+  assert.equal(reader.events, 2, "the last event counts too");
+});
+
+test("framing events: [DONE] with CRLF or spaces, a usage chunk without choices; a token event mentioning [DONE] is no frame", () => {
+  const reader = new UsageReader("text/event-stream", false);
+  reader.transform(Buffer.from('data: {"choices":[{"delta":{"content":"[DONE]"}}]}\n\n'));
+  reader.transform(
+    Buffer.from('data: {"choices":[],"usage":{"prompt_tokens":1,"completion_tokens":1}}\r\n\r\n'),
+  );
+  reader.transform(Buffer.from("data:  [DONE]\r\n\r\n"));
+  assert.equal(reader.events, 3);
+  assert.equal(reader.framingEvents, 2);
 });
 
 test("a non-stream JSON answer: usage read from the usage object alone, even past nested keys", () => {
