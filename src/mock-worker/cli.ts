@@ -39,6 +39,7 @@ interface CliOptions {
   model: string;
   strictModels: boolean;
   reportCapacity: boolean;
+  reportStreamInterval: boolean;
   reportedCapacity?: unknown;
   contextLength: number;
   prefixCacheTokens: number;
@@ -92,6 +93,10 @@ export async function runMockWorkerCli(argv: string[]): Promise<void> {
     )
     .option("--no-report-capacity", "omit max_running_requests from /get_server_info")
     .option(
+      "--no-report-stream-interval",
+      "omit stream_interval from /get_server_info (several tokens an event, as speculative decoding sends, unannounced)",
+    )
+    .option(
       "--reported-capacity <value>",
       "report this max_running_requests at /get_server_info, valid or not (JSON, else a string)",
       jsonOrText,
@@ -137,6 +142,7 @@ export async function runMockWorkerCli(argv: string[]): Promise<void> {
     servedModels: models,
     strictModels: opts.strictModels === true,
     reportCapacity: opts.reportCapacity,
+    reportStreamInterval: opts.reportStreamInterval,
     reportedCapacity: opts.reportedCapacity,
     contextLength: opts.contextLength,
     prefixCacheTokens: opts.prefixCacheTokens,
