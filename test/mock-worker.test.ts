@@ -244,6 +244,25 @@ describe("mock worker: other endpoints", () => {
     assert.throws(() => resolveOptions({ streamInterval: 0 }), /streamInterval must be a positive integer/);
   });
 
+  test("reportUsage false: no usage chunk however the client asks, no usage in a whole answer", async () => {
+    await withWorker({ reportUsage: false }, async (w) => {
+      const streamed = await postJson(w, "/v1/chat/completions", {
+        messages: [{ role: "user", content: "hi" }],
+        max_tokens: 3,
+        stream: true,
+        stream_options: { include_usage: true },
+      });
+      const chunks = sseData(streamed.text)
+        .slice(0, -1)
+        .map((d) => JSON.parse(d));
+      assert.ok(chunks.length >= 4);
+      assert.ok(chunks.every((c) => !("usage" in c)));
+      const whole = JSON.parse((await postJson(w, "/v1/completions", { prompt: "x", max_tokens: 3 })).text);
+      assert.equal(whole.choices[0].text, "tok0 tok1 tok2");
+      assert.equal("usage" in whole, false);
+    });
+  });
+
   test("/v1/models, 404 and 400 on bad JSON", async () => {
     await withWorker({ model: "mx" }, async (w) => {
       const models = await request(`${w.url}/v1/models`);

@@ -468,18 +468,33 @@ export class Lease implements ExchangeOwner, CancelSignal {
       feedback.sample({ kind: "overload" }, worker);
       return;
     }
-    if (outcome !== "ok" || status >= 400 || usage === undefined) return;
+    if (outcome !== "ok" || status >= 400) return;
+    const reader = this.reader;
+    const stream = reader?.isStream === true;
+    // Token events: all but the sure framing ones and one more (a role or a finish chunk).
+    const tokenEvents = stream ? reader.events - reader.framingEvents - 1 : 0;
+    let output: number;
+    let promptTokens: number | undefined;
+    if (usage !== undefined) {
+      output = usage.outputTokens;
+      promptTokens = usage.inputTokens;
+      // Its own count against the events that carried it: the pace of the next streams reads
+      // tokens, not events.
+      if (stream) this.worker?.tokensPerEvent.learn(output, tokenEvents);
+    } else if (stream) {
+      // A worker that ignores stream_options sends no usage: its events are the count (at the
+      // worker's tokens per event), and the request's own estimate stands for the prompt. Without
+      // this, answers shorter than a pace mark's interval would give no TPOT at all.
+      output = Math.round(tokenEvents * this.tokensPerEvent);
+      promptTokens = this.estimate?.promptTokens;
+    } else {
+      return; // a whole answer without usage: nothing counts its tokens
+    }
     const endMs = performance.now() - this.t0;
     const firstMs = this.firstByteMs ?? endMs;
-    const promptTokens = usage.inputTokens;
-    const output = usage.outputTokens;
     // Since the dispatch: a cold start's probe drops a sample that began before its last step.
     const spanMs = endMs - dispatchedMs;
-    const reader = this.reader;
-    if (reader?.isStream === true) {
-      // Its own count against the events that carried it: the pace of the next streams reads
-      // tokens, not events (one framing event besides the sure ones: a role or a finish chunk).
-      this.worker?.tokensPerEvent.learn(output, reader.events - reader.framingEvents - 1);
+    if (stream) {
       // A stream: its first byte is the first token, and the rest came at the decode pace. The
       // pace up to the last mark went out while it ran (onChunk), and so did the TTFT (at the
       // first event); this sample has the rest.
@@ -492,7 +507,7 @@ export class Lease implements ExchangeOwner, CancelSignal {
         const rest = output - 1 - (this.paceEvents - this.firstEvents) * this.tokensPerEvent;
         tpotMs = rest >= PACE_MIN_TAIL_TOKENS ? (endMs - this.paceAtMs) / rest : undefined;
       }
-      if (!this.ttftSent) {
+      if (!this.ttftSent && promptTokens !== undefined) {
         feedback.sample({ kind: "ok", ttftMs: firstMs - dispatchedMs, promptTokens, tpotMs, spanMs }, worker);
       } else if (tpotMs !== undefined) {
         feedback.sample({ kind: "ok", tpotMs, spanMs }, worker); // its TTFT went at the first event

@@ -40,6 +40,7 @@ interface CliOptions {
   strictModels: boolean;
   reportCapacity: boolean;
   reportStreamInterval: boolean;
+  usage: boolean;
   reportedCapacity?: unknown;
   contextLength: number;
   prefixCacheTokens: number;
@@ -93,6 +94,10 @@ export async function runMockWorkerCli(argv: string[]): Promise<void> {
     )
     .option("--no-report-capacity", "omit max_running_requests from /get_server_info")
     .option(
+      "--no-usage",
+      "never report usage: no usage chunk in streams (stream_options ignored), none in answers",
+    )
+    .option(
       "--no-report-stream-interval",
       "omit stream_interval from /get_server_info (several tokens an event, as speculative decoding sends, unannounced)",
     )
@@ -143,6 +148,7 @@ export async function runMockWorkerCli(argv: string[]): Promise<void> {
     strictModels: opts.strictModels === true,
     reportCapacity: opts.reportCapacity,
     reportStreamInterval: opts.reportStreamInterval,
+    reportUsage: opts.usage,
     reportedCapacity: opts.reportedCapacity,
     contextLength: opts.contextLength,
     prefixCacheTokens: opts.prefixCacheTokens,

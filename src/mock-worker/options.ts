@@ -49,6 +49,11 @@ export interface MockWorkerOptions {
    * events, each with that many tokens' text. Reported at /get_server_info as `stream_interval`.
    */
   streamInterval?: number;
+  /**
+   * Default true; false = the worker never reports usage: no usage chunk however the client asks
+   * (`stream_options` ignored), no `usage` in a whole OpenAI answer (a bare OpenAI-compatible server).
+   */
+  reportUsage?: boolean;
   /** Default true; false = /get_server_info omits `stream_interval` (a worker whose events must be learned). */
   reportStreamInterval?: boolean;
   /** Output length when the request gives none, default 16. */
@@ -163,6 +168,7 @@ export function resolveOptions(opts: MockWorkerOptions = {}): ResolvedOptions {
     defaultMaxTokens: opts.defaultMaxTokens ?? 16,
     streamInterval: opts.streamInterval ?? 1,
     reportStreamInterval: opts.reportStreamInterval ?? true,
+    reportUsage: opts.reportUsage ?? true,
     healthy: opts.healthy ?? true,
     reportCapacity: opts.reportCapacity ?? true,
     reportedCapacity: opts.reportedCapacity,

@@ -19,6 +19,8 @@ export interface InferenceRequest {
   readonly stream: boolean;
   /** OpenAI `stream_options.include_usage`: add the usage chunk before [DONE]. */
   readonly includeUsage: boolean;
+  /** False: a worker that never reports usage (neither the usage chunk nor a whole answer's `usage`). */
+  readonly reportUsage?: boolean;
   readonly maxTokens: number;
   /** The client capped the output; the answer stops on "length" rather than "stop". */
   readonly capped: boolean;
@@ -181,7 +183,7 @@ class ChatFormat implements ResponseFormat {
           finish_reason: openAiFinish(this.req),
         },
       ],
-      usage: usageOf(this.req),
+      ...(this.req.reportUsage === false ? {} : { usage: usageOf(this.req) }),
     };
   }
 }
@@ -239,7 +241,7 @@ class CompletionFormat implements ResponseFormat {
           finish_reason: openAiFinish(this.req),
         },
       ],
-      usage: usageOf(this.req),
+      ...(this.req.reportUsage === false ? {} : { usage: usageOf(this.req) }),
     };
   }
 }

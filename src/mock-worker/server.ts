@@ -288,6 +288,7 @@ export function startMockWorker(opts?: MockWorkerOptions): Promise<MockWorker> {
     let request: InferenceRequest;
     try {
       request = parseInferenceRequest(endpoint, parsedBody, o.defaultMaxTokens);
+      if (!o.reportUsage) request = { ...request, includeUsage: false, reportUsage: false };
     } catch (err) {
       if (!(err instanceof RequestError)) throw err;
       sendJson(res, 400, errorBody(err.message, "invalid_request_error"));

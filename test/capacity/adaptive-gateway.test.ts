@@ -297,6 +297,28 @@ describe("adaptive capacity over HTTP", () => {
       assert.ok(tpot >= 8 && tpot <= 14, `about 10 ms a token: ${first.map(Math.round)}`);
   });
 
+  test("a worker that sends no usage: a stream's events count its tokens; a whole answer gives no sample", async (t) => {
+    // A bare OpenAI-compatible server that ignores stream_options: without the count from the
+    // events, answers shorter than a pace mark would give no TPOT at all, and over real HTTP the
+    // limit stayed where the cold start's cut left it (32 at knee 16, TPOT 73 ms against 15).
+    const { fleet, samples } = await paceFleet(t, 10, { reportUsage: false });
+    const reply = await fleet.chat({ stream: true, max_tokens: 40 });
+    assert.equal(reply.status, 200);
+    assert.doesNotMatch(reply.text, /"usage":\{/, "the worker sent no usage");
+    const detail = JSON.stringify(samples.map(({ at: _, ...x }) => x));
+    const paced = samples.filter((x) => x.tpotMs !== undefined);
+    assert.equal(paced.length, 1, `one TPOT, at the end: ${detail}`);
+    assert.ok(paced[0]!.tpotMs! >= 8 && paced[0]!.tpotMs! <= 14, `about 10 ms a token: ${detail}`);
+    assert.equal(
+      samples.filter((x) => x.ttftMs !== undefined).length,
+      1,
+      `the TTFT at the first event: ${detail}`,
+    );
+    samples.length = 0;
+    assert.equal((await fleet.chat({ max_tokens: 40 })).status, 200);
+    assert.deepEqual(samples, [], "a whole answer without usage: no count of its tokens, no sample");
+  });
+
   test("ttft_slo_ms acts at a cold start while the first cohort still streams: its TTFTs come at the first token", async (t) => {
     // A worker advertising 64 with its knee at 8: 32 streams admitted at once wait 3 x 25 = 75 ms
     // for their first token, over a 30 ms TTFT SLO, and then decode for seconds (400 tokens at
