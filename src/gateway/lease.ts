@@ -25,6 +25,7 @@ import type { ModelPool } from "./model-pools.js";
 import type { AdmissionPath, OutcomeKind, OutcomeRecord, OutcomeSink } from "./outcome.js";
 import type { TenantActivity } from "./tenant-activity.js";
 import { ANONYMOUS_TENANT } from "./tenants.js";
+import { streamTokensPerEvent } from "./tokens-per-event.js";
 import { type BodyTransform, type ExchangeOwner, UpstreamExchange, upstreamFailure } from "./upstream.js";
 import { UsageReader } from "./usage.js";
 import type { Worker, WorkerPool } from "./workers.js";
@@ -475,9 +476,14 @@ export class Lease implements ExchangeOwner, CancelSignal {
     const tokenEvents = stream ? reader.events - reader.framingEvents - 1 : 0;
     let output: number;
     let promptTokens: number | undefined;
+    // Tokens per event for the tail after the last mark: the stream's own ratio when its usage
+    // tells it (the worker's running estimate may be a few percent off, and over a tail of a few
+    // dozen tokens after hundreds marked that is a pace off by half), else the one the marks used.
+    let perEvent = this.tokensPerEvent;
     if (usage !== undefined) {
       output = usage.outputTokens;
       promptTokens = usage.inputTokens;
+      if (stream) perEvent = streamTokensPerEvent(output, tokenEvents) ?? perEvent;
       // Its own count against the events that carried it: the pace of the next streams reads
       // tokens, not events.
       if (stream) this.worker?.tokensPerEvent.learn(output, tokenEvents);
@@ -504,7 +510,7 @@ export class Lease implements ExchangeOwner, CancelSignal {
       } else {
         // Only a tail of PACE_MIN_TAIL_TOKENS or more: SSE events are not exactly tokens, and
         // over a few tokens one miscounted reads as a pace far off.
-        const rest = output - 1 - (this.paceEvents - this.firstEvents) * this.tokensPerEvent;
+        const rest = output - 1 - (this.paceEvents - this.firstEvents) * perEvent;
         tpotMs = rest >= PACE_MIN_TAIL_TOKENS ? (endMs - this.paceAtMs) / rest : undefined;
       }
       if (!this.ttftSent && promptTokens !== undefined) {

@@ -22,13 +22,26 @@ const ALPHA = 0.2;
 /** No server sends more than this per event; a larger ratio is a miscount (a body that was not SSE). */
 const MAX_TOKENS_PER_EVENT = 64;
 
+/**
+ * One finished stream's own tokens per event (the worker's count over its token events), 1 when
+ * within SNAP of 1; undefined when the stream is too short to tell.
+ */
+export function streamTokensPerEvent(tokens: number, tokenEvents: number): number | undefined {
+  if (!(tokenEvents >= MIN_TOKEN_EVENTS) || !(tokens > 0)) return undefined;
+  return snap(Math.min(MAX_TOKENS_PER_EVENT, Math.max(1, tokens / tokenEvents)));
+}
+
+function snap(ratio: number): number {
+  return Math.abs(ratio - 1) <= SNAP ? 1 : ratio;
+}
+
 export class TokensPerEvent {
   private estimate = 1;
   private streams = 0;
 
   /** Output tokens per event to assume for this worker's streams now (>= 1). */
   get value(): number {
-    return Math.abs(this.estimate - 1) <= SNAP ? 1 : this.estimate;
+    return snap(this.estimate);
   }
 
   /** Streams this worker taught so far. */

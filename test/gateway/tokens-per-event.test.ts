@@ -1,7 +1,11 @@
 /** Tokens per SSE event: seeded from the worker's report, learned from finished streams, 1 near 1. */
 import assert from "node:assert/strict";
 import { test } from "node:test";
-import { MIN_TOKEN_EVENTS, TokensPerEvent } from "../../src/gateway/tokens-per-event.js";
+import {
+  MIN_TOKEN_EVENTS,
+  streamTokensPerEvent,
+  TokensPerEvent,
+} from "../../src/gateway/tokens-per-event.js";
 
 test("one token an event by default; a stream that reads a little over 1 (framing events) stays 1", () => {
   const t = new TokensPerEvent();
@@ -54,4 +58,14 @@ test("ratios outside [1, 64] are clamped: more events than tokens is one token a
   const u = new TokensPerEvent();
   u.learn(1_000_000, 16);
   assert.equal(u.value, 64);
+});
+
+test("one stream's own ratio (for its tail after the last mark): exact, 1 near 1, none when too short", () => {
+  assert.equal(streamTokensPerEvent(512, 128), 4);
+  assert.equal(streamTokensPerEvent(512, 129), 512 / 129);
+  assert.equal(streamTokensPerEvent(64, 66), 1);
+  assert.equal(streamTokensPerEvent(64, 60), 1);
+  assert.equal(streamTokensPerEvent(60, MIN_TOKEN_EVENTS - 1), undefined);
+  assert.equal(streamTokensPerEvent(0, 40), undefined);
+  assert.equal(streamTokensPerEvent(1e9, 20), 64);
 });
