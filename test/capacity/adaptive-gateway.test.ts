@@ -266,14 +266,15 @@ describe("adaptive capacity over HTTP", () => {
       (fleet.gateway.status() as { workers: Array<{ tokens_per_event: number }> }).workers[0]!
         .tokens_per_event;
     assert.equal(perEvent(), 1, "nothing reported, nothing learned yet");
+    // Marks span about 1 s; the end's sample spans the stream from its dispatch (2.4 s and more).
     const marks = () =>
-      samples.filter((x) => x.ttftMs === undefined && x.spanMs! < 1500).map((x) => x.tpotMs!);
+      samples.filter((x) => x.ttftMs === undefined && x.spanMs! < 2000).map((x) => x.tpotMs!);
     assert.equal((await fleet.chat({ stream: true, max_tokens: 240 })).status, 200);
     const before = marks();
     const detail = () =>
       `marks before ${before.map(Math.round)}; all ${JSON.stringify(samples.map(({ at: _, ...x }) => x))}`;
     assert.ok(before.length >= 1, `a mark while the first stream ran: ${detail()}`);
-    for (const tpot of before) assert.ok(tpot >= 30, `the first stream's marks read events: ${detail()}`);
+    for (const tpot of before) assert.ok(tpot >= 25, `the first stream's marks read events: ${detail()}`);
     // Learned from the first stream's usage: 240 tokens in 60 token events.
     const learned = perEvent();
     assert.ok(learned >= 3.6 && learned <= 4.4, `learned ${learned}`);
@@ -282,7 +283,7 @@ describe("adaptive capacity over HTTP", () => {
     const after = marks();
     assert.ok(after.length >= 1, detail());
     for (const tpot of after)
-      assert.ok(tpot >= 8 && tpot <= 14, `about 10 ms a token now: ${after.map(Math.round)}`);
+      assert.ok(tpot >= 7 && tpot <= 16, `about 10 ms a token now: ${after.map(Math.round)}`);
 
     // A worker that reports its interval (SGLang's /get_server_info) is read right from the start.
     const reported = await paceFleet(t, 10, { streamInterval: 4 }, { windowMs: 200 });
@@ -290,11 +291,11 @@ describe("adaptive capacity over HTTP", () => {
     assert.equal(status.workers[0]!.tokens_per_event, 4);
     assert.equal((await reported.fleet.chat({ stream: true, max_tokens: 240 })).status, 200);
     const first = reported.samples
-      .filter((x) => x.ttftMs === undefined && x.spanMs! < 1500)
+      .filter((x) => x.ttftMs === undefined && x.spanMs! < 2000)
       .map((x) => x.tpotMs!);
     assert.ok(first.length >= 1, `marks: ${first}`);
     for (const tpot of first)
-      assert.ok(tpot >= 8 && tpot <= 14, `about 10 ms a token: ${first.map(Math.round)}`);
+      assert.ok(tpot >= 7 && tpot <= 16, `about 10 ms a token: ${first.map(Math.round)}`);
   });
 
   test("a worker that sends no usage: a stream's events count its tokens; a whole answer gives no sample", async (t) => {
@@ -308,7 +309,7 @@ describe("adaptive capacity over HTTP", () => {
     const detail = JSON.stringify(samples.map(({ at: _, ...x }) => x));
     const paced = samples.filter((x) => x.tpotMs !== undefined);
     assert.equal(paced.length, 1, `one TPOT, at the end: ${detail}`);
-    assert.ok(paced[0]!.tpotMs! >= 8 && paced[0]!.tpotMs! <= 14, `about 10 ms a token: ${detail}`);
+    assert.ok(paced[0]!.tpotMs! >= 7 && paced[0]!.tpotMs! <= 20, `about 10 ms a token: ${detail}`);
     assert.equal(
       samples.filter((x) => x.ttftMs !== undefined).length,
       1,
