@@ -42,6 +42,13 @@ function sseData(text: string): string[] {
     });
 }
 
+/** The JSON chunks of an SSE body, its final `[DONE]` left out. */
+function sseChunks(text: string): ReturnType<typeof JSON.parse>[] {
+  return sseData(text)
+    .slice(0, -1)
+    .map((d) => JSON.parse(d));
+}
+
 async function waitFor(cond: () => boolean, timeoutMs = 2000): Promise<void> {
   const deadline = Date.now() + timeoutMs;
   while (!cond()) {
@@ -215,9 +222,7 @@ describe("mock worker: other endpoints", () => {
         stream: true,
         stream_options: { include_usage: true },
       });
-      const chunks = sseData(chat.text)
-        .slice(0, -1)
-        .map((d) => JSON.parse(d));
+      const chunks = sseChunks(chat.text);
       // Role, three token events (4, 4, then the last 2 at the end), finish, usage.
       assert.deepEqual(
         chunks.map((c) => c.choices[0]?.delta.content ?? null),
@@ -229,9 +234,7 @@ describe("mock worker: other endpoints", () => {
         sampling_params: { max_new_tokens: 5 },
         stream: true,
       });
-      const texts = sseData(generate.text)
-        .slice(0, -1)
-        .map((d) => JSON.parse(d));
+      const texts = sseChunks(generate.text);
       assert.deepEqual(
         texts.map((c) => [c.text, c.meta_info.completion_tokens]),
         [
@@ -252,9 +255,7 @@ describe("mock worker: other endpoints", () => {
         stream: true,
         stream_options: { include_usage: true },
       });
-      const chunks = sseData(streamed.text)
-        .slice(0, -1)
-        .map((d) => JSON.parse(d));
+      const chunks = sseChunks(streamed.text);
       assert.ok(chunks.length >= 4);
       assert.ok(chunks.every((c) => !("usage" in c)));
       const whole = JSON.parse((await postJson(w, "/v1/completions", { prompt: "x", max_tokens: 3 })).text);

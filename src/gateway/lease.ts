@@ -483,10 +483,12 @@ export class Lease implements ExchangeOwner, CancelSignal {
     if (usage !== undefined) {
       output = usage.outputTokens;
       promptTokens = usage.inputTokens;
-      if (stream) perEvent = streamTokensPerEvent(output, tokenEvents) ?? perEvent;
-      // Its own count against the events that carried it: the pace of the next streams reads
-      // tokens, not events.
-      if (stream) this.worker?.tokensPerEvent.learn(output, tokenEvents);
+      if (stream) {
+        perEvent = streamTokensPerEvent(output, tokenEvents) ?? perEvent;
+        // Its own count against the events that carried it: the pace of the next streams reads
+        // tokens, not events.
+        this.worker?.tokensPerEvent.learn(output, tokenEvents);
+      }
     } else if (stream) {
       // A worker that ignores stream_options sends no usage: its events are the count (at the
       // worker's tokens per event), and the request's own estimate stands for the prompt. Without

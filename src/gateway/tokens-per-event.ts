@@ -27,8 +27,14 @@ const MAX_TOKENS_PER_EVENT = 64;
  * within SNAP of 1; undefined when the stream is too short to tell.
  */
 export function streamTokensPerEvent(tokens: number, tokenEvents: number): number | undefined {
+  const ratio = ratioOf(tokens, tokenEvents);
+  return ratio === undefined ? undefined : snap(ratio);
+}
+
+/** tokens / tokenEvents within [1, MAX_TOKENS_PER_EVENT]; undefined for a stream too short to tell. */
+function ratioOf(tokens: number, tokenEvents: number): number | undefined {
   if (!(tokenEvents >= MIN_TOKEN_EVENTS) || !(tokens > 0)) return undefined;
-  return snap(Math.min(MAX_TOKENS_PER_EVENT, Math.max(1, tokens / tokenEvents)));
+  return Math.min(MAX_TOKENS_PER_EVENT, Math.max(1, tokens / tokenEvents));
 }
 
 function snap(ratio: number): number {
@@ -59,8 +65,8 @@ export class TokensPerEvent {
 
   /** One finished stream: `tokens` output tokens (the worker's count) in `tokenEvents` events. */
   learn(tokens: number, tokenEvents: number): void {
-    if (!(tokenEvents >= MIN_TOKEN_EVENTS) || !(tokens > 0)) return;
-    const ratio = Math.min(MAX_TOKENS_PER_EVENT, Math.max(1, tokens / tokenEvents));
+    const ratio = ratioOf(tokens, tokenEvents);
+    if (ratio === undefined) return;
     this.estimate = this.streams === 0 ? ratio : this.estimate + ALPHA * (ratio - this.estimate);
     this.streams++;
   }
