@@ -1,7 +1,9 @@
 import assert from "node:assert/strict";
+import { readFileSync } from "node:fs";
 import { connect } from "node:net";
 import { describe, test } from "node:test";
 import { request } from "undici";
+import { mockWorkerCommand } from "../src/mock-worker/cli.js";
 import { type MockWorker, type MockWorkerOptions, startMockWorker } from "../src/mock-worker/index.js";
 import { resolveOptions } from "../src/mock-worker/options.js";
 import { Batcher } from "../src/mock-worker/simulation.js";
@@ -840,4 +842,28 @@ describe("mock worker: a knee", () => {
     assert.throws(() => resolveOptions({ knee: -1 }), /knee must be a non-negative integer/);
     assert.throws(() => resolveOptions({ kneeSlowdown: -0.5 }), /kneeSlowdown must be a non-negative number/);
   });
+});
+
+test("docs/mock-worker.md lists every flag of `sluice mock-worker` with its default", () => {
+  const doc = readFileSync(new URL("../docs/mock-worker.md", import.meta.url), "utf8");
+  const rows = new Map<string, string>();
+  for (const line of doc.split("\n")) {
+    const m = /^\| `(--[a-z-]+)[^`]*` \| ([^|]*) \|/.exec(line);
+    if (m) rows.set(m[1]!, m[2]!.trim());
+  }
+  const flags = mockWorkerCommand().options;
+  assert.ok(flags.length >= 19, "the command's options were read");
+  for (const option of flags) {
+    const row = rows.get(option.long!);
+    assert.ok(row !== undefined, `docs/mock-worker.md has no row for ${option.long}`);
+    const d: unknown = option.defaultValue;
+    if (typeof d === "number" || typeof d === "string") {
+      assert.ok(
+        row.split(" ")[0] === String(d),
+        `${option.long}: documented default "${row}", the flag's is ${d}`,
+      );
+    }
+    rows.delete(option.long!);
+  }
+  assert.deepEqual([...rows.keys()], [], "rows for flags the command does not have");
 });

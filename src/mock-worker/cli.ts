@@ -56,12 +56,9 @@ function jsonOrText(value: string): unknown {
   }
 }
 
-/**
- * Parses the sub-command's own arguments (no node/script prefix, e.g. `["--port", "8001"]`),
- * starts the worker, prints its address and resolves once a signal has closed it.
- */
-export async function runMockWorkerCli(argv: string[]): Promise<void> {
-  const program = new Command("mock-worker")
+/** The `mock-worker` sub-command: its flags (docs/mock-worker.md lists each one) and defaults. */
+export function mockWorkerCommand(): Command {
+  return new Command("mock-worker")
     .description("Simulated OpenAI/SGLang-compatible inference worker (no GPU)")
     .option("--port <port>", "port to listen on (0 = ephemeral)", integer(0), 30000)
     .option("--host <host>", "address to bind", "127.0.0.1")
@@ -124,6 +121,14 @@ export async function runMockWorkerCli(argv: string[]): Promise<void> {
       nonNegative,
       0.05,
     );
+}
+
+/**
+ * Parses the sub-command's own arguments (no node/script prefix, e.g. `["--port", "8001"]`),
+ * starts the worker, prints its address and resolves once a signal has closed it.
+ */
+export async function runMockWorkerCli(argv: string[]): Promise<void> {
+  const program = mockWorkerCommand();
   await program.parseAsync(argv, { from: "user" });
   const opts = program.opts<CliOptions>();
   const models = opts.model
