@@ -4,9 +4,11 @@
  * report.json, summary.txt and SVG charts there, atomically. See docs/simulate.md.
  */
 import { Command, InvalidArgumentError } from "commander";
+import { writeAttemptsCsv } from "../sim/export.js";
 import { loadScenario, simulate } from "../sim/index.js";
 import { kneeSweep, kneeTable } from "../sim/knee.js";
 import { writeOutputDir } from "../sim/output.js";
+import type { AttemptRow } from "../sim/run.js";
 import { POLICY_NAMES, type PolicyName } from "../sim/scenario.js";
 import { reportCharts } from "../sim/svg.js";
 import { summaryTable } from "../sim/table.js";
@@ -44,6 +46,8 @@ interface SimulateFlags {
   duration?: number;
   policies?: PolicyName[];
   knee?: boolean;
+  speed?: number;
+  exportRequests?: string;
   kneePhase?: string;
   kneeSloMs?: number;
 }
@@ -65,6 +69,11 @@ export async function runSimulateCli(argv: string[]): Promise<void> {
     .option("--watch", "print progress to stderr while it runs")
     .option("--duration <d>", "simulate this long instead of the scenario's duration (e.g. 5m)", durationArg)
     .option("--policies <list>", `run only these policies (${POLICY_NAMES.join(",")})`, policiesArg)
+    .option("--speed <x>", "replay every trace this many times faster (2: twice the load)", msArg)
+    .option(
+      "--export-requests <file.csv>",
+      "write one row per request attempt (every policy) to this CSV file (docs/simulate.md)",
+    )
     .option("--knee", "instead of the scenario, sweep the fleet's concurrency and print its knee")
     .option("--knee-phase <phase>", "with --knee: the rates, slowdowns and failures of this phase")
     .option(
@@ -82,7 +91,9 @@ export async function runSimulateCli(argv: string[]): Promise<void> {
     seed: flags.seed,
     durationSecs: flags.duration,
     policies: flags.policies,
+    speed: flags.speed,
   });
+  const exportRows: { policy: PolicyName; rows: AttemptRow[] }[] = [];
   const started = performance.now();
   const wall = () => ((performance.now() - started) / 1000).toFixed(1);
   if (flags.knee) {
@@ -91,6 +102,9 @@ export async function runSimulateCli(argv: string[]): Promise<void> {
     return;
   }
   const report = await simulate(scenario, {
+    attempts: flags.exportRequests !== undefined,
+    onAttempts:
+      flags.exportRequests !== undefined ? (policy, rows) => exportRows.push({ policy, rows }) : undefined,
     onProgress: flags.watch
       ? (p) =>
           process.stderr.write(
@@ -101,6 +115,7 @@ export async function runSimulateCli(argv: string[]): Promise<void> {
       ? (policy, info) => process.stderr.write(`${policy}: ${info.events} events, ${wall()} s wall\n`)
       : undefined,
   });
+  if (flags.exportRequests !== undefined) await writeAttemptsCsv(flags.exportRequests, exportRows);
   const json = `${JSON.stringify(report, null, 1)}\n`;
   const table = summaryTable(report);
   if (flags.out !== undefined) {

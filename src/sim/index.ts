@@ -4,7 +4,7 @@
  * arrivals (same seed), and builds the report.
  */
 import { buildReport, type Report } from "./report.js";
-import { type RunOptions, type RunResult, runPolicy } from "./run.js";
+import { type AttemptRow, type RunOptions, type RunResult, runPolicy } from "./run.js";
 import type { PolicyName, Scenario } from "./scenario.js";
 
 export { WORKER_PROFILES } from "./profiles.js";
@@ -15,6 +15,8 @@ export { loadScenario, resolveScenario } from "./scenario.js";
 export interface SimulateOptions extends RunOptions {
   /** Called once per policy run with the number of events it processed. */
   onRunDone?: ((policy: PolicyName, info: { events: number }) => void) | undefined;
+  /** With `attempts`: each policy's rows, once its run is done (the report does not keep them). */
+  onAttempts?: ((policy: PolicyName, rows: AttemptRow[]) => void) | undefined;
 }
 
 export async function simulate(scenario: Scenario, options: SimulateOptions = {}): Promise<Report> {
@@ -22,6 +24,10 @@ export async function simulate(scenario: Scenario, options: SimulateOptions = {}
   for (const policy of scenario.policies) {
     const run = await runPolicy(scenario, policy, options);
     options.onRunDone?.(policy, { events: run.events });
+    if (run.attempts !== undefined) {
+      options.onAttempts?.(policy, run.attempts);
+      run.attempts = undefined;
+    }
     runs.push(run);
   }
   return buildReport(scenario, runs);

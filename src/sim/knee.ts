@@ -68,6 +68,12 @@ export function apportion(weights: number[], total: number): number[] {
 
 function tenantWeight(t: ResolvedTenant, phase: ResolvedPhase | undefined): number {
   if (t.arrival.process === "closed") return t.arrival.users;
+  if (t.arrival.process === "replay") {
+    // The trace's mean rate.
+    const tr = t.arrival.trace;
+    const span = tr.t[tr.order[tr.order.length - 1]!]! / 1000 / t.arrival.speed;
+    return span > 0 ? tr.t.length / span : tr.t.length;
+  }
   const r = phase?.rate;
   if (r?.tenants.includes(t.name)) return r.rate ?? t.arrival.rate * (r.multiplier ?? 1);
   return t.arrival.rate;

@@ -143,7 +143,18 @@ export interface PoolReport extends PoolStats {
 
 export interface PolicyReport {
   totals: GroupStats;
-  classes: Partial<Record<PriorityClass, GroupStats & { starvation_promotions: number }>>;
+  classes: Partial<
+    Record<
+      PriorityClass,
+      GroupStats & {
+        starvation_promotions: number;
+        /** Attempts clients re-sent after a refusal (tenants' `retry`). */
+        retries: number;
+        /** Prefill tokens the workers had computed for requests the scheduler then preempted. */
+        preempted_prefill_tokens: number;
+      }
+    >
+  >;
   tenants: Record<string, GroupStats & { weight: number; key: string }>;
   phases: Record<
     string,
@@ -156,6 +167,9 @@ export interface PolicyReport {
     completed: number;
     kv_preemptions: number;
     kv_peak_tokens: number;
+    /** Prompt tokens found in its prefix cache, and tokens its own KV preemptions made it compute again. */
+    cached_prompt_tokens: number;
+    recomputed_tokens: number;
     busy_fraction: number;
     prefill_tokens: number;
     decode_tokens: number;
@@ -447,6 +461,8 @@ export function policyReport(scenario: Scenario, run: RunResult): PolicyReport {
     classes[c] = {
       ...groupStats(run, scenario, (i) => log.cls[i] === r, durationS),
       starvation_promotions: run.promotions[r] ?? 0,
+      retries: run.retries[r] ?? 0,
+      preempted_prefill_tokens: run.preemptedPrefillTokens[r] ?? 0,
     };
   }
   const tenants: PolicyReport["tenants"] = {};
@@ -519,6 +535,8 @@ export function policyReport(scenario: Scenario, run: RunResult): PolicyReport {
       completed: w.stats.completed,
       kv_preemptions: w.stats.kvPreemptions,
       kv_peak_tokens: w.stats.kvPeak,
+      cached_prompt_tokens: w.stats.cachedTokens,
+      recomputed_tokens: w.stats.recomputedTokens,
       busy_fraction: round(w.stats.busyMs / Math.max(1, run.endMs), 4),
       prefill_tokens: w.stats.prefillTokens,
       decode_tokens: w.stats.decodeTokens,

@@ -26,13 +26,15 @@ import { LoadShedding, type LoadSheddingStatus, resolveShedding } from "../capac
 import { Periodic } from "../capacity/periodic.js";
 import { CapacityNotifier, type CapacitySource } from "../capacity/source.js";
 import { BudgetBook, type BudgetHold } from "../core/budgets.js";
-import { CLASS_COUNT, CLASS_RANK, classOfRank, type PriorityClass } from "../core/class.js";
+import { CLASS_COUNT, CLASS_RANK, classOfRank, PRIORITY_CLASSES, type PriorityClass } from "../core/class.js";
 import { Slots } from "../core/slots.js";
+import { ERROR_TABLE } from "../gateway/error-table.js";
 import { EventQueue, SimClock } from "./clock.js";
 import { FairnessGroup, type Window } from "./fairness.js";
-import { NO_POOL, OUTCOME_INDEX, type Outcome, RequestLog } from "./log.js";
+import { NO_POOL, OUTCOME_INDEX, type Outcome, REJECTIONS, RequestLog } from "./log.js";
 import { type AdmissionPolicy, createPolicy, type SimTicket } from "./policies.js";
 import { SimPool } from "./pool-routing.js";
+import type { ReplayTrace } from "./replay.js";
 import { Rng } from "./rng.js";
 import { type PolicyName, type ResolvedTenant, type Scenario, SLUICE_POLICIES } from "./scenario.js";
 import { Job, Worker, type WorkerListener, type WorkerStats } from "./worker.js";
@@ -53,6 +55,17 @@ const PACE_CHECK_MS = 250;
 
 class SimRequest {
   state = QUEUED;
+  /** 1 for the first send, 2 for the first retry, ... */
+  attempt = 1;
+  /** Block ids of its prompt's prefix (replayed traces with prefix_blocks), for the workers' prefix caches. */
+  blocks: readonly number[] | undefined;
+  /** Its first attempt's id: every attempt of one request shares it. */
+  id = 0;
+  /** When its first attempt was sent (ms). */
+  firstArrival = 0;
+  sizes!: Sizes;
+  /** Prefill tokens the worker had computed when the scheduler preempted it. */
+  preemptedPrefill = 0;
   ticket: SimTicket | undefined;
   hold: BudgetHold | undefined;
   job: Job | undefined;
@@ -77,6 +90,11 @@ class SimRequest {
   ) {}
 }
 
+type Sizes = { prompt: number; output: number; maxTokens: number; estPrompt: number };
+
+/** Outcomes that are refusals (the gateway's), as opposed to failures on the worker. */
+const REFUSALS: ReadonlySet<Outcome> = new Set(REJECTIONS);
+
 interface TenantRuntime {
   readonly index: number;
   readonly spec: ResolvedTenant;
@@ -84,6 +102,8 @@ interface TenantRuntime {
   /** Requested class and its effective (clamped) rank, with cumulative probabilities. */
   readonly mix: { requested: PriorityClass; rank: number; cum: number }[];
   readonly sizes: () => { prompt: number; output: number; maxTokens: number; estPrompt: number };
+  /** Replay: the trace and the next row (in time order) to send. */
+  readonly replay: { trace: ReplayTrace; speed: number; startMs: number; cursor: number } | undefined;
   readonly classRng: Rng;
   readonly thinkRng: Rng;
   /** The session header's value for a request of user `user` (-1: open loop), or undefined. */
@@ -187,6 +207,36 @@ export interface RunResult {
   capacity: CapacityRun;
   endMs: number;
   events: number;
+  /** Per class rank: prefill tokens the workers had computed for requests the scheduler then preempted. */
+  preemptedPrefillTokens: number[];
+  /** Per class rank: attempts re-sent by clients (tenants' `retry`). */
+  retries: number[];
+  /** One row per request attempt, when RunOptions.attempts asked for them (--export-requests). */
+  attempts: AttemptRow[] | undefined;
+}
+
+/** One request attempt, as --export-requests writes it (docs/simulate.md). Times are ms from the start. */
+export interface AttemptRow {
+  request: number;
+  tenant: string;
+  cls: PriorityClass;
+  attempt: number;
+  arrival: number;
+  admitted: number;
+  firstToken: number;
+  end: number;
+  /** ok, retried (refused, and the client sent it again), refused, failed, unfinished. */
+  outcome: "ok" | "retried" | "refused" | "failed" | "unfinished";
+  /** The stable error code ("" when ok). */
+  code: string;
+  /** The HTTP status the client saw (0 when it never got one). */
+  status: number;
+  prompt: number;
+  output: number;
+  cachedPrompt: number;
+  worker: string;
+  preemptedPrefill: number;
+  recomputed: number;
 }
 
 export interface RunOptions {
@@ -195,6 +245,8 @@ export interface RunOptions {
     | ((info: { simMs: number; queued: number; inflight: number; done: number }) => void)
     | undefined;
   progressEveryMs?: number | undefined;
+  /** Keep one row per request attempt (RunResult.attempts). */
+  attempts?: boolean | undefined;
 }
 
 function effectiveRank(scenario: Scenario, key: string, requested: PriorityClass): number {
@@ -232,7 +284,18 @@ function buildTenant(scenario: Scenario, spec: ResolvedTenant, index: number): T
       err > 0 ? Math.max(1, Math.round(prompt * (1 + err * (2 * sizeRng.next() - 1)))) : prompt;
     return { prompt, output, maxTokens: Math.max(maxTokens, output), estPrompt };
   };
-  if (spec.trace) {
+  const a0 = spec.arrival;
+  const replay =
+    a0.process === "replay"
+      ? { trace: a0.trace, speed: a0.speed, startMs: a0.startMs, cursor: firstRow(a0.trace, a0.startMs) }
+      : undefined;
+  if (replay) {
+    // The row being sent is the one before the cursor (arrivals move it).
+    sizes = () => {
+      const i = replay.trace.order[replay.cursor - 1]!;
+      return finish(replay.trace.prompt[i]!, replay.trace.output[i]!);
+    };
+  } else if (spec.trace) {
     const { trace, order } = spec.trace;
     let cursor = 0;
     sizes = () => {
@@ -254,7 +317,7 @@ function buildTenant(scenario: Scenario, spec: ResolvedTenant, index: number): T
   });
   mix[mix.length - 1]!.cum = 1;
   let arrivals: OpenArrivals | undefined;
-  if (spec.arrival.process !== "closed") {
+  if (spec.arrival.process === "poisson" || spec.arrival.process === "bursty") {
     const shape: RateShape = {
       base: spec.arrival.rate,
       pieces: scenario.phases
@@ -290,7 +353,20 @@ function buildTenant(scenario: Scenario, spec: ResolvedTenant, index: number): T
     thinkRng: Rng.stream(seed, `tenant:${spec.name}:think`),
     session,
     arrivals,
+    replay,
   };
+}
+
+/** The first row (in time order) at or after `startMs` of trace time. */
+function firstRow(trace: ReplayTrace, startMs: number): number {
+  let lo = 0;
+  let hi = trace.order.length;
+  while (lo < hi) {
+    const mid = (lo + hi) >> 1;
+    if (trace.t[trace.order[mid]!]! < startMs) lo = mid + 1;
+    else hi = mid;
+  }
+  return lo;
 }
 
 function codeOf(err: unknown): Outcome {
@@ -553,11 +629,76 @@ export async function runPolicy(
 
   // --- request lifecycle ---
   let handled = 0;
-  const end = (req: SimRequest, outcome: Outcome, t: number) => {
+  let nextId = 0;
+  /** Retries scheduled and not yet sent (the run does not end before them). */
+  let pendingRetries = 0;
+  const retries = [0, 0, 0, 0];
+  const preemptedPrefill = [0, 0, 0, 0];
+  const attempts: AttemptRow[] | undefined = options.attempts ? [] : undefined;
+  const record = (req: SimRequest, outcome: AttemptRow["outcome"], code: Outcome | "", t: number) => {
+    if (attempts === undefined) return;
+    const row =
+      code === "" || code === "unfinished" ? undefined : ERROR_TABLE[code as keyof typeof ERROR_TABLE];
+    attempts.push({
+      request: req.id,
+      tenant: req.tenant.spec.name,
+      cls: PRIORITY_CLASSES[req.cls]!,
+      attempt: req.attempt,
+      arrival: req.arrival,
+      admitted: req.admittedAt,
+      firstToken: req.firstAt,
+      end: outcome === "unfinished" ? Number.NaN : t,
+      outcome,
+      code: code === "ok" ? "" : code,
+      status: code === "ok" ? 200 : (row?.status ?? (code === "context_length" ? 400 : 0)),
+      prompt: req.prompt,
+      output: req.output,
+      cachedPrompt: req.job?.cached ?? 0,
+      worker: req.workerUrl ?? "",
+      preemptedPrefill: req.preemptedPrefill,
+      recomputed: req.job?.recomputed ?? 0,
+    });
+  };
+  /** The delay before a client re-sends a refused attempt, or undefined when it gives up. */
+  const retryDelay = (req: SimRequest, outcome: Outcome, retryAfterSecs: number | undefined) => {
+    const policy = req.tenant.spec.retry;
+    if (policy === undefined || req.attempt >= policy.maxAttempts) return undefined;
+    const row = ERROR_TABLE[outcome as keyof typeof ERROR_TABLE];
+    if (row === undefined || !policy.statuses.includes(row.status)) return undefined;
+    // The Retry-After the gateway would send (its error table's rule, or the error's own figure),
+    // else the backoff of OpenAI's and most HTTP clients: 1 s, 2 s, 4 s, capped at 8 s.
+    const after = typeof row.retryAfter === "number" ? row.retryAfter : retryAfterSecs;
+    if (policy.honorRetryAfter && after !== undefined) return after * 1000;
+    return Math.min(8000, 1000 * 2 ** (req.attempt - 1));
+  };
+  const end = (req: SimRequest, outcome: Outcome, t: number, retryAfterSecs?: number) => {
     req.state = DONE;
     liveSet.delete(req);
     live--;
     done++;
+    const delay = outcome === "ok" ? undefined : retryDelay(req, outcome, retryAfterSecs);
+    if (delay !== undefined) {
+      // The client sends it again: the same request, a new attempt.
+      retries[req.cls]!++;
+      record(req, "retried", outcome, t);
+      pendingRetries++;
+      clock.at(t + delay, () => {
+        pendingRetries--;
+        send(
+          req.tenant,
+          req.user,
+          req.requested,
+          req.cls,
+          req.sizes,
+          req.blocks,
+          req.attempt + 1,
+          req.id,
+          req.firstArrival,
+        );
+      });
+      return;
+    }
+    record(req, outcome === "ok" ? "ok" : REFUSALS.has(outcome) ? "refused" : "failed", outcome, t);
     const admitted = !Number.isNaN(req.admittedAt);
     const first = req.firstAt;
     const ok = outcome === "ok";
@@ -566,11 +707,13 @@ export async function runPolicy(
       pool: req.pool?.pool.index ?? NO_POOL,
       cls: req.cls,
       outcome: OUTCOME_INDEX[outcome],
-      arrival: req.arrival,
+      // A retried request counts once, from its first send (the client's view); its queue wait
+      // is the last attempt's (the scheduler's).
+      arrival: req.firstArrival,
       wait: admitted ? req.admittedAt - req.arrival : Number.NaN,
-      ttft: Number.isNaN(first) ? Number.NaN : first - req.arrival,
+      ttft: Number.isNaN(first) ? Number.NaN : first - req.firstArrival,
       tpot: ok && req.output > 1 ? (t - first) / (req.output - 1) : Number.NaN,
-      e2e: ok ? t - req.arrival : Number.NaN,
+      e2e: ok ? t - req.firstArrival : Number.NaN,
       prompt: req.prompt,
       output: req.output,
     });
@@ -608,11 +751,17 @@ export async function runPolicy(
   };
   const onPreempted = (req: SimRequest) => {
     if (req.state !== ADMITTED) return;
-    if (req.job?.worker) req.job.worker.abort(req.job);
+    if (req.job?.worker) {
+      // The prefill it had computed is thrown away (issue 36: the cost of a preemption).
+      const lost = req.job.worker.computedPrefill(req.job);
+      req.preemptedPrefill = lost;
+      preemptedPrefill[req.cls]! += lost;
+      req.job.worker.abort(req.job);
+    }
     if (req.hold) budgets!.refund(req.hold);
     leaveFleet(req);
     req.fair!.undone(req.tenant.index, req.prompt + req.output, clock.now());
-    end(req, "scheduler_preempted", clock.now());
+    end(req, "scheduler_preempted", clock.now(), 1);
   };
   const onAdmit = (req: SimRequest, ticket: SimTicket) => {
     handled++;
@@ -645,7 +794,12 @@ export async function runPolicy(
       end(req, "no_healthy_workers", now);
       return;
     }
-    const job = new Job(req.prompt, req.output, req.maxTokens, req);
+    // A 0-token prompt still takes one forward pass (the engine's BOS token).
+    const job = new Job(Math.max(1, req.prompt), req.output, req.maxTokens, req);
+    if (req.blocks !== undefined) {
+      job.prefixBlocks = req.blocks;
+      job.blockTokens = req.tenant.replay!.trace.prefixBlockTokens;
+    }
     req.job = job;
     req.workerUrl = worker.url;
     const served = servedModels[worker.index]!;
@@ -667,17 +821,31 @@ export async function runPolicy(
     ) {
       code = "no_healthy_workers";
     }
-    end(req, code, now);
+    end(req, code, now, (err as { retryAfterSecs?: number }).retryAfterSecs);
   };
 
-  const arrive = (tenant: TenantRuntime, user: number) => {
-    const now = clock.now();
+  const arrive = (tenant: TenantRuntime, user: number, blocks?: readonly number[]) => {
     let m = tenant.mix[0]!;
     if (tenant.mix.length > 1) {
       const u = tenant.classRng.next();
       m = tenant.mix.find((x) => u < x.cum) ?? tenant.mix[tenant.mix.length - 1]!;
     }
-    const s = tenant.sizes();
+    const id = nextId++;
+    send(tenant, user, m.requested, m.rank, tenant.sizes(), blocks, 1, id, clock.now());
+  };
+  const send = (
+    tenant: TenantRuntime,
+    user: number,
+    requested: PriorityClass,
+    rank: number,
+    s: Sizes,
+    blocks: readonly number[] | undefined,
+    attempt: number,
+    id: number,
+    firstArrival: number,
+  ) => {
+    const now = clock.now();
+    const m = { requested, rank };
     const req = new SimRequest(
       tenant,
       user,
@@ -689,6 +857,11 @@ export async function runPolicy(
       s.maxTokens,
       s.estPrompt + s.maxTokens,
     );
+    req.sizes = s;
+    req.blocks = blocks;
+    req.attempt = attempt;
+    req.id = id;
+    req.firstArrival = firstArrival;
     live++;
     liveSet.add(req);
     bump(series.classes[m.rank]!.arrivals, now);
@@ -711,7 +884,7 @@ export async function runPolicy(
         outputTokens: s.maxTokens,
       });
       if (!verdict.ok) {
-        end(req, verdict.code, now);
+        end(req, verdict.code, now, verdict.retryAfterSecs);
         return;
       }
       req.hold = verdict;
@@ -725,7 +898,7 @@ export async function runPolicy(
       if (verdict.shed) {
         if (req.hold) budgets!.refund(req.hold);
         bump(cs.shed, now);
-        end(req, "load_shed", now);
+        end(req, "load_shed", now, verdict.retryAfterSecs);
         return;
       }
       shedding.queue(cls, tenant.spec.key, 1);
@@ -761,6 +934,28 @@ export async function runPolicy(
         const start = a.thinkMs > 0 ? tenant.thinkRng.next() * a.thinkMs : 0;
         clock.at(start, () => arrive(tenant, u));
       }
+      continue;
+    }
+    const replay = tenant.replay;
+    if (replay) {
+      // One arrival event at a time, from the trace's rows in time order: linear in the rows.
+      const { trace, speed, startMs } = replay;
+      const hasBlocks = trace.blocks.length > 0;
+      const next = () => {
+        if (replay.cursor >= trace.order.length) return;
+        const i = trace.order[replay.cursor]!;
+        const at = (trace.t[i]! - startMs) / speed;
+        if (at >= endArrivals) return;
+        clock.at(at, () => {
+          replay.cursor++;
+          const blocks = hasBlocks
+            ? Array.from(trace.blocks.subarray(trace.blockStart[i]!, trace.blockStart[i + 1]!))
+            : undefined;
+          arrive(tenant, -1, blocks);
+          next();
+        });
+      };
+      next();
       continue;
     }
     const src = tenant.arrivals!;
@@ -829,6 +1024,9 @@ export async function runPolicy(
   const entitlement = windows.flatMap((w) =>
     [0, 1, 2].map((cls) => ({ window: w.name, cls, inflight: 0, entitled: 0, samples: 0 })),
   );
+  // Each entry's window, by position (a search by name for every entry made each tick quadratic
+  // in the phases: 21 s of CPU per policy-hour with 704 phases, issue 36).
+  const entitlementWindows = windows.flatMap((w) => [w, w, w]);
   const tick = () => {
     const now = clock.now();
     const b = Math.round(now / bucketMs) - 1; // the bucket that just ended
@@ -872,8 +1070,9 @@ export async function runPolicy(
     // Entitlement of class c: the capacity no higher class holds, by reservation or by use, in
     // each gate where the class has waiters.
     const reserved = gates.map((g) => reservations(g.liveCapacity, g.reservedAt));
-    for (const e of entitlement) {
-      const w = windows.find((x) => x.name === e.window)!;
+    for (let k = 0; k < entitlement.length; k++) {
+      const e = entitlement[k]!;
+      const w = entitlementWindows[k]!;
       if (now <= w.fromMs || now > w.toMs) continue;
       let sampled = false;
       gates.forEach((g, k) => {
@@ -886,7 +1085,7 @@ export async function runPolicy(
       });
       if (sampled) e.samples++;
     }
-    if (now < endArrivals || live > 0) clock.at(now + bucketMs, tick);
+    if (now < endArrivals || live > 0 || pendingRetries > 0) clock.at(now + bucketMs, tick);
   };
   // The scheduler's own arithmetic (clamped highest class first, scaled under an adaptive limit).
   const reservations = (cap: number, at: number | undefined): number[] => {
@@ -968,7 +1167,7 @@ export async function runPolicy(
           done,
         });
       }
-      if (live === 0 && ev.t >= endArrivals && queue.peekTime() > endArrivals) {
+      if (live === 0 && pendingRetries === 0 && ev.t >= endArrivals && queue.peekTime() > endArrivals) {
         // Nothing left to do but timers of an idle system.
         break;
       }
@@ -980,14 +1179,15 @@ export async function runPolicy(
   for (const req of [...liveSet]) {
     liveSet.delete(req);
     const admitted = !Number.isNaN(req.admittedAt);
+    record(req, "unfinished", "unfinished", finalT);
     log.add({
       tenant: req.tenant.index,
       pool: req.pool?.pool.index ?? NO_POOL,
       cls: req.cls,
       outcome: OUTCOME_INDEX.unfinished,
-      arrival: req.arrival,
+      arrival: req.firstArrival,
       wait: admitted ? req.admittedAt - req.arrival : Number.NaN,
-      ttft: Number.isNaN(req.firstAt) ? Number.NaN : req.firstAt - req.arrival,
+      ttft: Number.isNaN(req.firstAt) ? Number.NaN : req.firstAt - req.firstArrival,
       tpot: Number.NaN,
       e2e: Number.NaN,
       prompt: req.prompt,
@@ -1015,6 +1215,9 @@ export async function runPolicy(
     capacity: capacityRun(mainGate),
     endMs: finalT,
     events,
+    preemptedPrefillTokens: preemptedPrefill,
+    retries,
+    attempts,
   };
 }
 

@@ -31,6 +31,7 @@ import { ConfigError } from "../core/errors.js";
 import { formPools } from "../gateway/pool-formation.js";
 import { EventQueue, SimClock } from "./clock.js";
 import { type KvPolicy, PROFILE_NAMES, WORKER_PROFILES, type WorkerProfile } from "./profiles.js";
+import { alignReplays, loadReplay, type ReplayTrace } from "./replay.js";
 import { type LengthSpec, loadTrace, type Trace } from "./workload.js";
 
 export const POLICY_NAMES = ["fifo", "strict", "sluice", "sluice-adaptive"] as const;
@@ -158,9 +159,38 @@ const arrivalSchema = z.discriminatedUnion(
     z.strictObject({ process: z.literal("poisson"), rate: posNum() }),
     z.strictObject({ process: z.literal("bursty"), rate: posNum(), on: positiveSecs, off: positiveSecs }),
     z.strictObject({ process: z.literal("closed"), users: posInt(), think: secs }),
+    z.strictObject({
+      process: z.literal("replay"),
+      path: z.string({ error: "must be a file path" }).min(1, "must be a file path"),
+      timestamp: z.string().min(1).optional(),
+      timestamp_unit: z.enum(["s", "ms"], { error: () => "must be s or ms" }).optional(),
+      prompt_tokens: z.string({ error: "must be a column name" }).min(1).optional(),
+      output_tokens: z.string({ error: "must be a column name" }).min(1).optional(),
+      prefix_blocks: z.string({ error: "must be a column name" }).min(1).optional(),
+      prefix_block_tokens: posInt().optional(),
+      speed: posNum().optional(),
+      start: secs.optional(),
+    }),
   ],
-  { error: "must be {process: poisson | bursty | closed, ...}" },
+  { error: "must be {process: poisson | bursty | closed | replay, ...}" },
 );
+
+/** What a client does with a refusal: re-send it (issue 36), after the Retry-After or a backoff. */
+const retrySchema = z.strictObject({
+  statuses: z
+    .array(
+      num()
+        .int("must be an integer")
+        .min(400, "must be an HTTP status >= 400")
+        .max(599, "must be an HTTP status <= 599"),
+      {
+        error: "must be a list of HTTP statuses",
+      },
+    )
+    .optional(),
+  max_attempts: posInt().optional(),
+  honor_retry_after: z.boolean({ error: "must be true or false" }).optional(),
+});
 
 const tenantSchema = z.strictObject({
   name: z
@@ -175,6 +205,7 @@ const tenantSchema = z.strictObject({
   class: classEnum.optional(),
   classes: z.record(classEnum, nonNegNum(), { error: "must map class names to shares" }).optional(),
   arrival: arrivalSchema,
+  retry: retrySchema.optional(),
   diurnal: z
     .strictObject({
       period: positiveSecs,
@@ -218,6 +249,7 @@ const workerGroupSchema = z.strictObject({
     .tuple([posNum(), nonNegNum(), nonNegNum()], { error: "must be [beta0, beta1, beta2] in microseconds" })
     .optional(),
   kv_policy: z.enum(["recompute", "reserve"], { error: () => "must be recompute or reserve" }).optional(),
+  attention: z.boolean({ error: "must be true or false" }).optional(),
   models: z
     .array(modelName(), { error: "must be a list of model names" })
     .min(1, "must list at least one model")
@@ -331,7 +363,7 @@ export const scenarioSchema = z.strictObject({
   name: z.string().optional(),
   description: z.string().optional(),
   seed: nonNegInt().optional(),
-  duration: positiveSecs,
+  duration: positiveSecs.optional(),
   drain: secs.optional(),
   start: z
     .string()
@@ -466,7 +498,10 @@ export interface ResolvedTenant {
   arrival:
     | { process: "poisson"; rate: number }
     | { process: "bursty"; rate: number; onMs: number; offMs: number }
-    | { process: "closed"; users: number; thinkMs: number };
+    | { process: "closed"; users: number; thinkMs: number }
+    | { process: "replay"; trace: ReplayTrace; speed: number; startMs: number };
+  /** Re-sending refused requests (undefined: the client gives up at the first refusal). */
+  retry: RetryPolicy | undefined;
   diurnal: { periodMs: number; amplitude: number; peakMs: number } | undefined;
   prompt: LengthSpec | undefined;
   output: LengthSpec | undefined;
@@ -481,6 +516,16 @@ export interface ResolvedTenant {
   /** The body's `model` as the tenant sends it (undefined: none, routed by the default model). */
   modelNamed: string | undefined;
 }
+
+export interface RetryPolicy {
+  statuses: number[];
+  /** Attempts in all, the first included. */
+  maxAttempts: number;
+  honorRetryAfter: boolean;
+}
+
+/** Retry defaults: a client that re-sends 429 and 503 up to three attempts, after the Retry-After. */
+export const RETRY_DEFAULTS: RetryPolicy = { statuses: [429, 503], maxAttempts: 3, honorRetryAfter: true };
 
 export interface ResolvedPhase {
   name: string;
@@ -566,6 +611,8 @@ export interface ScenarioOverrides {
   /** Seconds: arrivals stop here instead of at the scenario's duration (phases keep their times). */
   durationSecs?: number | undefined;
   policies?: PolicyName[] | undefined;
+  /** Multiplies every replay's speed (`--speed`). */
+  speed?: number | undefined;
 }
 
 /** The model of workers that list no `models` and tenants that name none, when `default_model` is not given. */
@@ -615,8 +662,8 @@ export function resolveScenario(
   const at = (p: string) => `${file}: ${p}`;
   const rel = (p: string) => (isAbsolute(p) ? p : resolve(baseDir, p));
 
-  const durationSecs = overrides.durationSecs ?? s.duration;
-  const durationMs = durationSecs * 1000;
+  // `duration` may be left out when tenants replay traces: arrivals then run to the last replayed row.
+  let durationMs = (overrides.durationSecs ?? s.duration ?? 0) * 1000;
 
   // Workers: groups expand to w0, w1, ... (or <name>-0, <name>-1 for a named group).
   const defaultModel = s.default_model ?? DEFAULT_MODEL;
@@ -634,6 +681,9 @@ export function resolveScenario(
       kvTokens: g.kv_tokens ?? base.kvTokens,
       maxBatchedTokens: g.max_batched_tokens ?? base.maxBatchedTokens,
       kvPolicy: (g.kv_policy as KvPolicy | undefined) ?? base.kvPolicy,
+      // `attention: false`: the step model without the context terms (scenarios tuned before issue 36).
+      attnDecodeUs: g.attention === false ? 0 : base.attnDecodeUs,
+      attnPrefillUs: g.attention === false ? 0 : base.attnPrefillUs,
     };
     const count = g.count ?? 1;
     for (let i = 0; i < count; i++) {
@@ -751,7 +801,18 @@ export function resolveScenario(
       p: rawMix[c]! / total,
     }));
     let trace: ResolvedTenant["trace"];
-    if (t.trace !== undefined) {
+    const a = t.arrival;
+    if (a.process === "replay") {
+      // Sizes come from the replayed rows.
+      for (const k of ["trace", "prompt_tokens", "output_tokens", "max_tokens"] as const) {
+        if (t[k] !== undefined) {
+          throw new ConfigError(
+            at(`${path}.${k}`),
+            "a replay takes its sizes from the trace: leave this out",
+          );
+        }
+      }
+    } else if (t.trace !== undefined) {
       if (t.prompt_tokens !== undefined || t.output_tokens !== undefined) {
         throw new ConfigError(at(`${path}.trace`), "give trace or prompt_tokens/output_tokens, not both");
       }
@@ -763,14 +824,34 @@ export function resolveScenario(
       if (t.output_tokens === undefined)
         throw new ConfigError(at(`${path}.output_tokens`), "is required (or give trace)");
     }
-    const a = t.arrival;
     const arrival: ResolvedTenant["arrival"] =
       a.process === "poisson"
         ? { process: "poisson", rate: a.rate }
         : a.process === "bursty"
           ? { process: "bursty", rate: a.rate, onMs: a.on * 1000, offMs: a.off * 1000 }
-          : { process: "closed", users: a.users, thinkMs: a.think * 1000 };
-    if (t.diurnal !== undefined && a.process === "closed") {
+          : a.process === "closed"
+            ? { process: "closed", users: a.users, thinkMs: a.think * 1000 }
+            : {
+                process: "replay",
+                trace: loadReplay(
+                  rel(a.path),
+                  {
+                    path: a.path,
+                    timestamp: a.timestamp,
+                    timestampUnit: a.timestamp_unit,
+                    promptTokens: a.prompt_tokens,
+                    outputTokens: a.output_tokens,
+                    prefixBlocks: a.prefix_blocks,
+                    prefixBlockTokens: a.prefix_block_tokens ?? 512,
+                    speed: a.speed ?? 1,
+                    startMs: (a.start ?? 0) * 1000,
+                  },
+                  at(`${path}.arrival.path`),
+                ),
+                speed: (a.speed ?? 1) * (overrides.speed ?? 1),
+                startMs: (a.start ?? 0) * 1000,
+              };
+    if (t.diurnal !== undefined && (a.process === "closed" || a.process === "replay")) {
       throw new ConfigError(at(`${path}.diurnal`), "applies to open-loop arrivals (poisson, bursty) only");
     }
     // A model no worker serves is simulated (its requests end model_not_found); leaving the model
@@ -786,6 +867,11 @@ export function resolveScenario(
       key,
       mix,
       arrival,
+      retry: t.retry && {
+        statuses: t.retry.statuses ?? RETRY_DEFAULTS.statuses,
+        maxAttempts: t.retry.max_attempts ?? RETRY_DEFAULTS.maxAttempts,
+        honorRetryAfter: t.retry.honor_retry_after ?? RETRY_DEFAULTS.honorRetryAfter,
+      },
       diurnal: t.diurnal && {
         periodMs: t.diurnal.period * 1000,
         amplitude: t.diurnal.amplitude,
@@ -802,6 +888,23 @@ export function resolveScenario(
       modelNamed: t.model,
     };
   });
+  const replays = tenants.flatMap((t) => (t.arrival.process === "replay" ? [t.arrival.trace] : []));
+  // A trace read twice (two tenants on one file) is aligned once.
+  alignReplays([...new Set(replays)]);
+  if (overrides.durationSecs === undefined && s.duration === undefined) {
+    let last = 0;
+    for (const t of tenants) {
+      if (t.arrival.process !== "replay") {
+        // Only replays have an end of their own.
+        throw new ConfigError(at("duration"), "is required");
+      }
+      const tr = t.arrival.trace;
+      const span = (tr.t[tr.order[tr.order.length - 1]!]! - t.arrival.startMs) / t.arrival.speed;
+      last = Math.max(last, span);
+    }
+    // Just past the last row, so it arrives.
+    durationMs = Math.floor(last) + 1;
+  }
   let tenantPolicies: ReadonlyMap<string, TenantPolicy>;
   try {
     tenantPolicies = resolveTenantPolicies(policies as Record<string, unknown>);
@@ -840,6 +943,12 @@ export function resolveScenario(
           throw new ConfigError(
             at(`${path}.rate.tenants.${j}`),
             `tenant ${n} is closed-loop (its load is set by users and think)`,
+          );
+        }
+        if (t.arrival.process === "replay") {
+          throw new ConfigError(
+            at(`${path}.rate.tenants.${j}`),
+            `tenant ${n} replays a trace (its load is the trace's; scale it with arrival.speed)`,
           );
         }
       });

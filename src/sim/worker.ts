@@ -2,7 +2,14 @@
  * A simulated inference worker: iteration-level continuous batching in the style of vLLM's
  * scheduler, timed by the BLIS/Vidur-style step model (profiles.ts):
  *
- *   step = (beta0 + beta1 * prefill_tokens + beta2 * decode_tokens) * slowdown
+ *   step = (beta0 + beta1 * prefill_tokens + beta2 * decode_tokens
+ *           + attn_decode * (context tokens of the decoding requests)
+ *           + attn_prefill * (query, key) pairs of the prefill chunks) * slowdown
+ *
+ * The attention terms (issue 36) make a step cost more as contexts grow: a decoding request reads
+ * its whole KV cache each iteration, a prefill chunk attends to everything before it. Within a
+ * macro step (below) contexts grow linearly, so its k iterations cost exactly k times the
+ * iteration at its midpoint; the iterations inside it are taken as equally long.
  *
  * Each iteration every running request that is decoding emits one token; the rest of the token
  * budget (max_batched_tokens) goes to prefill chunks, oldest first, and then to requests taken from
@@ -18,12 +25,14 @@
  * end; an arrival in the middle cuts the macro step at the end of the iteration in progress. Decoding
  * requests sit in a heap by the iteration they finish in, so no per-token work is ever done.
  *
- * Prefix cache (the mock worker's model, src/mock-worker/prefix-cache.ts): with a profile's
- * `prefixCacheTokens` and a job's `prefixBlocks` (chained keys of its prompt's 16-token blocks), the
- * prompt's leading blocks found in the worker's cache when it arrives are not prefilled (at least
- * one token is), so its first token comes sooner; their KV still counts as the request's.
+ * Prefix cache (block-cache.ts): a job's `prefixBlocks` (block ids of `blockTokens` tokens each,
+ * from a replayed trace) are looked up when it arrives; the leading blocks found are not prefilled
+ * (at least one token is), so its first token comes sooner. Their KV still counts as the request's
+ * own (shared blocks are counted once per request: a conservative model). A prompt's full blocks
+ * enter the cache when its prefill ends, and the cache lives in the KV the running requests leave
+ * free, least recently used blocks going first.
  */
-import { PrefixCache } from "../mock-worker/prefix-cache.js";
+import { BlockCache } from "./block-cache.js";
 import type { SimClock, SimEvent } from "./clock.js";
 import type { WorkerProfile } from "./profiles.js";
 
@@ -38,8 +47,13 @@ export class Job {
   state = GONE;
   /** Tokens the current prefill must process (the prompt, plus the output so far after a recompute). */
   prefillTarget = 0;
-  /** Chained keys of the prompt's full 16-token blocks, for the worker's prefix cache (optional). */
+  /** Block ids of the prompt (each `blockTokens` tokens), for the worker's prefix cache (optional). */
   prefixBlocks: readonly number[] | undefined;
+  blockTokens = 512;
+  /** Prefix blocks it holds in the worker's cache (from the end of its prefill until it leaves). */
+  heldBlocks = 0;
+  /** Tokens whose KV the engine threw away by preempting it (recompute), over its life. */
+  recomputed = 0;
   /** Prompt tokens found in the prefix cache when the job arrived (not prefilled, still in the KV). */
   cached = 0;
   prefilled = 0;
@@ -209,6 +223,8 @@ export interface WorkerStats {
   completed: number;
   /** Prompt tokens found in the prefix cache (not prefilled). */
   cachedTokens: number;
+  /** Tokens whose KV a preemption inside the worker threw away (prefilled again later). */
+  recomputedTokens: number;
 }
 
 export class Worker {
@@ -225,8 +241,11 @@ export class Worker {
     decodeTokens: 0,
     completed: 0,
     cachedTokens: 0,
+    recomputedTokens: 0,
   };
-  private readonly prefixCache: PrefixCache | undefined;
+  private readonly prefixCache = new BlockCache();
+  /** Sum over decoding jobs of (cached + prefillTarget - decodeStart): their contexts at iteration i add nDec * i. */
+  private ctxBase = 0;
   private readonly waiting = new JobList();
   private readonly running = new JobList();
   private prefilling: Job[] = [];
@@ -250,10 +269,7 @@ export class Worker {
     readonly profile: WorkerProfile,
     private readonly clock: SimClock,
     private readonly listener: WorkerListener,
-  ) {
-    const cacheTokens = profile.prefixCacheTokens ?? 0;
-    this.prefixCache = cacheTokens > 0 ? new PrefixCache(cacheTokens) : undefined;
-  }
+  ) {}
 
   /** Requests on this worker, running or queued (what routing balances). */
   get load(): number {
@@ -307,9 +323,9 @@ export class Worker {
     job.state = WAITING;
     job.prefillTarget = job.prompt;
     job.cached = 0;
-    if (this.prefixCache !== undefined && job.prefixBlocks !== undefined) {
+    if (job.prefixBlocks !== undefined && job.prefixBlocks.length > 0) {
       // The last prompt token is always computed: its forward pass makes the first output token.
-      job.cached = Math.min(this.prefixCache.serve(job.prefixBlocks, job.prompt), job.prompt - 1);
+      job.cached = Math.min(this.prefixCache.match(job.prefixBlocks, job.blockTokens), job.prompt - 1);
       job.prefillTarget = job.prompt - job.cached;
       this.stats.cachedTokens += job.cached;
     }
@@ -356,6 +372,7 @@ export class Worker {
       job.worker = null;
       job.prev = job.next = null;
       job.heapIndex = -1;
+      job.heldBlocks = 0;
       this.listener.failed(job, now, "upstream_reset");
     }
   }
@@ -376,6 +393,29 @@ export class Worker {
     this.prefilling = [];
     this.decoding.items.length = 0;
     this.kvUsed = 0;
+    this.ctxBase = 0;
+    this.prefixCache.clear();
+  }
+
+  /**
+   * Prefill tokens computed so far for a job on this worker (what preempting it now throws away):
+   * its finished chunks, those of the macro step in progress up to now, and all of it once decoding.
+   */
+  computedPrefill(job: Job): number {
+    if (job.worker !== this) return 0;
+    if (job.state === DECODE) return job.prefillTarget;
+    if (job.state !== PREFILL) return 0;
+    let done = job.prefilled;
+    if (this.busy && job.chunk > 0) {
+      const j = Math.min(this.stepK, Math.floor((this.clock.now() - this.stepStart) / this.stepDur));
+      done += job.chunk * j;
+    }
+    return Math.min(done, job.prefillTarget);
+  }
+
+  /** Prefix-cache figures: tokens held and blocks evicted. */
+  get prefixCacheStats(): { tokens: number; evicted: number } {
+    return { tokens: this.prefixCache.tokens, evicted: this.prefixCache.evicted };
   }
 
   private kvOf(job: Job): number {
@@ -383,7 +423,16 @@ export class Worker {
     return job.cached + job.prefillTarget + (job.state === DECODE ? this.iter - job.decodeStart : 0);
   }
 
+  /** A job leaves the batch: its prefix blocks stay cached as free blocks. */
+  private releaseBlocks(job: Job): void {
+    if (job.heldBlocks > 0) {
+      this.prefixCache.release(job.prefixBlocks!, job.heldBlocks);
+      job.heldBlocks = 0;
+    }
+  }
+
   private leaveRunning(job: Job): void {
+    this.releaseBlocks(job);
     this.kvUsed -= this.kvOf(job);
     this.running.remove(job);
     if (job.state === PREFILL) {
@@ -391,6 +440,7 @@ export class Worker {
       if (i >= 0) this.prefilling.splice(i, 1);
     } else if (job.state === DECODE) {
       this.decoding.remove(job);
+      this.ctxBase -= job.cached + job.prefillTarget - job.decodeStart;
     }
     job.chunk = 0;
   }
@@ -415,6 +465,10 @@ export class Worker {
     const victim = this.running.tail!;
     const generated =
       victim.state === DECODE ? victim.genBase + (this.iter - victim.decodeStart + 1) : victim.genBase;
+    const lost =
+      victim.state === DECODE ? victim.prefillTarget + (this.iter - victim.decodeStart) : victim.prefilled;
+    victim.recomputed += lost;
+    this.stats.recomputedTokens += lost;
     this.leaveRunning(victim);
     victim.genBase = generated;
     // A recompute starts over, the cached prefix included (its blocks went with the request's).
@@ -483,12 +537,13 @@ export class Worker {
       prefillTokens += c;
     }
     if (this.kvUsed > this.stats.kvPeak) this.stats.kvPeak = this.kvUsed;
+    // The prefix cache keeps only what the running requests leave free.
+    this.prefixCache.evictTo(Math.max(0, p.kvTokens - this.kvUsed));
     if (nDec === 0 && prefillTokens === 0) {
       this.busy = false;
       this.event = null;
       return;
     }
-    const d = ((p.beta0 + p.beta1 * prefillTokens + p.beta2 * nDec) / 1000) * this.slowdown;
     let k = Number.POSITIVE_INFINITY;
     const first = this.decoding.min();
     if (first !== undefined) k = first.finishIter - this.iter;
@@ -503,6 +558,21 @@ export class Worker {
       if (n < k) k = n;
     }
     if (!(k >= 1)) k = 1;
+    // The iteration at the macro step's midpoint: k of it cost what the k iterations cost.
+    const mid = (k - 1) / 2;
+    let us = p.beta0 + p.beta1 * prefillTokens + p.beta2 * nDec;
+    const attnDecode = p.attnDecodeUs ?? 0;
+    if (attnDecode > 0 && nDec > 0) us += attnDecode * (this.ctxBase + nDec * (this.iter + mid));
+    const attnPrefill = p.attnPrefillUs ?? 0;
+    if (attnPrefill > 0) {
+      let pairs = 0;
+      for (const job of this.prefilling) {
+        const c = job.chunk;
+        if (c > 0) pairs += c * (job.cached + job.prefilled + c * mid + c / 2);
+      }
+      us += attnPrefill * pairs;
+    }
+    const d = (us / 1000) * this.slowdown;
     this.busy = true;
     this.stepStart = now;
     this.stepDur = d;
@@ -541,6 +611,9 @@ export class Worker {
         job.chunk = 0;
         job.state = DECODE;
         job.decodeStart = this.iter;
+        if (job.prefixBlocks !== undefined && job.heldBlocks === 0) {
+          job.heldBlocks = this.prefixCache.acquire(job.prefixBlocks, job.blockTokens, job.prompt);
+        }
         job.finishIter = this.iter + (job.output - job.genBase - 1);
         job.paceIter = this.iter;
         job.paceAt = now;
@@ -549,18 +622,22 @@ export class Worker {
           firsts.push(job);
         }
         if (job.finishIter <= this.iter) {
+          this.releaseBlocks(job);
           this.kvUsed -= this.kvOf(job);
           this.running.remove(job);
           job.state = GONE;
           done.push(job);
         } else {
           this.decoding.push(job);
+          this.ctxBase += job.cached + job.prefillTarget - job.decodeStart;
         }
       }
       if (keep !== null) this.prefilling = keep;
     }
     for (let top = this.decoding.min(); top !== undefined && top.finishIter <= this.iter; ) {
       this.decoding.remove(top);
+      this.ctxBase -= top.cached + top.prefillTarget - top.decodeStart;
+      this.releaseBlocks(top);
       this.kvUsed -= this.kvOf(top);
       this.running.remove(top);
       top.state = GONE;

@@ -88,21 +88,52 @@ export interface RateShape {
   diurnal?: { periodMs: number; amplitude: number; peakMs: number } | undefined;
 }
 
-/** Instantaneous rate (req/s) at time t, and its maximum over the run. */
+/**
+ * Instantaneous rate (req/s) at time t, and its maximum over the run. The phases are painted once
+ * onto a sorted timeline of segments (later phases win where they overlap), so `at` is a binary
+ * search: with hundreds of phases (a trace approximated by rate phases) the cost per arrival
+ * stays logarithmic, where a scan over every phase made the run quadratic (issue 36).
+ */
 export class RateCurve {
   readonly max: number;
+  /** Segment starts, ascending; segment i is [bounds[i], bounds[i + 1]). */
+  private readonly bounds: number[];
+  /** The base rate's override on each segment (NaN: none). */
+  private readonly rates: Float64Array;
   constructor(private readonly shape: RateShape) {
     let m = shape.base;
     for (const p of shape.pieces) m = Math.max(m, p.rate ?? shape.base * (p.multiplier ?? 1));
     this.max = m * (1 + (shape.diurnal?.amplitude ?? 0));
+    const edges = new Set<number>();
+    for (const p of shape.pieces) {
+      edges.add(p.from);
+      edges.add(p.to);
+    }
+    this.bounds = [...edges].sort((a, b) => a - b);
+    this.rates = new Float64Array(this.bounds.length).fill(Number.NaN);
+    for (const p of shape.pieces) {
+      const r = p.rate ?? shape.base * (p.multiplier ?? 1);
+      for (let i = this.segment(p.from); i < this.bounds.length && this.bounds[i]! < p.to; i++)
+        this.rates[i] = r;
+    }
+  }
+
+  /** The segment holding t (-1: before the first edge). */
+  private segment(t: number): number {
+    let lo = 0;
+    let hi = this.bounds.length;
+    while (lo < hi) {
+      const mid = (lo + hi) >> 1;
+      if (this.bounds[mid]! <= t) lo = mid + 1;
+      else hi = mid;
+    }
+    return lo - 1;
   }
 
   at(t: number): number {
     let r = this.shape.base;
-    // Later phases win where they overlap.
-    for (const p of this.shape.pieces) {
-      if (t >= p.from && t < p.to) r = p.rate ?? this.shape.base * (p.multiplier ?? 1);
-    }
+    const i = this.segment(t);
+    if (i >= 0 && !Number.isNaN(this.rates[i]!)) r = this.rates[i]!;
     const d = this.shape.diurnal;
     if (d !== undefined) r *= 1 + d.amplitude * Math.cos((2 * Math.PI * (t - d.peakMs)) / d.periodMs);
     return Math.max(0, r);

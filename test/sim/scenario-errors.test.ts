@@ -63,7 +63,7 @@ test("errors name the key", () => {
     [(d) => (d.tenants[0].arrival.rate = 0), "scenario.yaml: tenants.0.arrival.rate: must be > 0"],
     [
       (d) => (d.tenants[0].arrival = { process: "lottery" }),
-      "scenario.yaml: tenants.0.arrival.process: must be one of poisson, bursty, closed",
+      "scenario.yaml: tenants.0.arrival.process: must be one of poisson, bursty, closed, replay",
     ],
     [(d) => (d.tenants[0].arrival.burst = 3), "scenario.yaml: tenants.0.arrival.burst: unknown key"],
     [
