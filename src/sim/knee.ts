@@ -113,6 +113,9 @@ export async function kneeSweep(scenario: Scenario, options: KneeOptions = {}): 
         ...t,
         mix: [{ cls: "system", p: 1 }],
         arrival: { process: "closed", users: users[i]!, thinkMs: 0 },
+        // A replay's rows become the closed loop's sizes, sampled.
+        trace: t.arrival.process === "replay" ? { trace: t.arrival.trace, order: "random" } : t.trace,
+        retry: undefined,
         diurnal: undefined,
         patienceMs: undefined,
       });

@@ -294,3 +294,10 @@ test("--export-requests writes one row per attempt with the documented columns; 
   assert.equal(ok[11], "200");
   assert.match(ok[15]!, /^w[01]$/);
 });
+
+test("--knee on a replay scenario sweeps closed loops with the trace's sizes", async () => {
+  const { kneeSweep } = await import("../../src/sim/knee.js");
+  const k = await kneeSweep(azure(), { concurrencies: [8, 64], durationSecs: 30, warmupSecs: 10 });
+  assert.equal(k.points.length, 2);
+  assert.ok(k.points[1]!.throughput_rps > k.points[0]!.throughput_rps);
+});
