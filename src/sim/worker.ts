@@ -49,7 +49,8 @@ export class Job {
   prefillTarget = 0;
   /** Block ids of the prompt (each `blockTokens` tokens), for the worker's prefix cache (optional). */
   prefixBlocks: readonly number[] | undefined;
-  blockTokens = 512;
+  /** Tokens per block: vLLM's 16 unless the keys say otherwise (a replay's prefix_block_tokens). */
+  blockTokens = 16;
   /** Prefix blocks it holds in the worker's cache (from the end of its prefill until it leaves). */
   heldBlocks = 0;
   /** Tokens whose KV the engine threw away by preempting it (recompute), over its life. */
