@@ -889,6 +889,12 @@ export function resolveScenario(
     };
   });
   const replays = tenants.flatMap((t) => (t.arrival.process === "replay" ? [t.arrival.trace] : []));
+  if (overrides.speed !== undefined && replays.length === 0) {
+    throw new ConfigError(
+      file,
+      "--speed scales replayed traces, and no tenant replays one (arrival.process: replay)",
+    );
+  }
   // A trace read twice (two tenants on one file) is aligned once.
   alignReplays([...new Set(replays)]);
   if (overrides.durationSecs === undefined && s.duration === undefined) {

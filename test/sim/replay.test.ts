@@ -240,6 +240,10 @@ ${extra}`);
     /r\.yaml: duration: is required/,
   );
   assert.throws(
+    () => loadScenario(join(repo, "scenarios", "steady-mixed.yaml"), { speed: 2 }),
+    /steady-mixed\.yaml: --speed scales replayed traces, and no tenant replays one/,
+  );
+  assert.throws(
     () =>
       resolveScenario(
         parseYaml(
