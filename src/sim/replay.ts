@@ -11,7 +11,8 @@
  * services traced over the same window (Azure's conversation and code) stay aligned. A bad row is an error naming the
  * file, line and column. A 0-token row is valid (a request with no prompt or no output).
  */
-import { readFileSync } from "node:fs";
+import { closeSync, openSync, readSync } from "node:fs";
+import { StringDecoder } from "node:string_decoder";
 import { ConfigError } from "../core/errors.js";
 
 export interface ReplaySpec {
@@ -70,9 +71,9 @@ export function parseWallClock(text: string): number {
 }
 
 /** Splits CSV text into records of fields (RFC 4180: quoted fields, "" escapes, CRLF), with each record's line. */
-export function* csvRecords(text: string): Generator<{ line: number; fields: string[] }> {
+export function* csvRecords(text: string, firstLine = 1): Generator<{ line: number; fields: string[] }> {
   let i = 0;
-  let line = 1;
+  let line = firstLine;
   const n = text.length;
   while (i < n) {
     const startLine = line;
@@ -137,15 +138,89 @@ function pick(names: readonly string[], given: string | undefined, has: (name: s
   return names.find(has);
 }
 
-/** Reads a replay trace. `label` names the scenario key in errors; `file` is the path as written. */
+const CHUNK_BYTES = 4 << 20;
+
+/** The file's text in chunks of about 4 MiB (UTF-8 kept whole across chunks): a trace of any size. */
+function* chunks(fd: number): Generator<string> {
+  const buf = Buffer.allocUnsafe(CHUNK_BYTES);
+  const decoder = new StringDecoder("utf8");
+  for (;;) {
+    const n = readSync(fd, buf, 0, CHUNK_BYTES, null);
+    if (n === 0) break;
+    yield decoder.write(buf.subarray(0, n));
+  }
+  const rest = decoder.end();
+  if (rest !== "") yield rest;
+}
+
+/** Whole lines (without their newline) and their line numbers, from chunks. */
+export function* lines(parts: Iterable<string>): Generator<{ line: number; text: string }> {
+  let carry = "";
+  let line = 1;
+  for (const part of parts) {
+    const text = carry + part;
+    let start = 0;
+    for (let nl = text.indexOf("\n"); nl >= 0; nl = text.indexOf("\n", start)) {
+      yield { line: line++, text: text.slice(start, nl) };
+      start = nl + 1;
+    }
+    carry = text.slice(start);
+  }
+  if (carry !== "") yield { line, text: carry };
+}
+
+/** CSV records from chunks: each chunk is cut at its last line break outside quotes. */
+export function* csvStream(parts: Iterable<string>): Generator<{ line: number; fields: string[] }> {
+  let carry = "";
+  let line = 1;
+  for (const part of parts) {
+    const text = carry + part;
+    let quoted = false;
+    let cut = -1;
+    for (let i = 0; i < text.length; i++) {
+      const c = text.charCodeAt(i);
+      if (c === 34) quoted = !quoted;
+      else if (c === 10 && !quoted) cut = i;
+    }
+    if (cut < 0) {
+      carry = text;
+      continue;
+    }
+    const head = text.slice(0, cut + 1);
+    yield* csvRecords(head, line);
+    for (let i = head.indexOf("\n"); i >= 0; i = head.indexOf("\n", i + 1)) line++;
+    carry = text.slice(cut + 1);
+  }
+  if (carry !== "") yield* csvRecords(carry, line);
+}
+
+/**
+ * Reads a replay trace, streaming the file (one pass, a few MiB of text at a time). `label` names
+ * the scenario key in errors.
+ */
 export function loadReplay(absPath: string, spec: ReplaySpec, label: string): ReplayTrace {
-  let text: string;
+  let fd: number;
   try {
-    text = readFileSync(absPath, "utf8");
+    fd = openSync(absPath, "r");
   } catch (err) {
     throw new ConfigError(label, `cannot read ${absPath}: ${(err as NodeJS.ErrnoException).code ?? err}`);
   }
-  const jsonl = /\.jsonl$/i.test(absPath) || (/^\s*\{/.test(text) && !/\.csv$/i.test(absPath));
+  try {
+    return readReplay(fd, absPath, spec, label);
+  } finally {
+    closeSync(fd);
+  }
+}
+
+function readReplay(fd: number, absPath: string, spec: ReplaySpec, label: string): ReplayTrace {
+  const source = chunks(fd);
+  const first = source.next();
+  const head = first.done ? "" : first.value;
+  const all = (function* () {
+    if (head !== "") yield head;
+    yield* source;
+  })();
+  const jsonl = /\.jsonl$/i.test(absPath) || (/^\s*\{/.test(head) && !/\.csv$/i.test(absPath));
   const t: number[] = [];
   const prompt: number[] = [];
   const output: number[] = [];
@@ -204,10 +279,10 @@ export function loadReplay(absPath: string, spec: ReplaySpec, label: string): Re
   };
 
   if (jsonl) {
-    const lines = text.split("\n");
     let cols: { ts: string; p: string; o: string; b: string | undefined } | undefined;
-    for (let i = 0; i < lines.length; i++) {
-      const raw = lines[i]!.trim();
+    for (const { line, text } of lines(all)) {
+      const i = line - 1;
+      const raw = text.trim();
       if (raw === "") continue;
       let row: unknown;
       try {
@@ -243,7 +318,7 @@ export function loadReplay(absPath: string, spec: ReplaySpec, label: string): Re
     let header: string[] | undefined;
     let idx = { ts: -1, p: -1, o: -1, b: -1 };
     try {
-      for (const { line, fields } of csvRecords(text)) {
+      for (const { line, fields } of csvStream(all)) {
         if (fields.length === 1 && fields[0]!.trim() === "") continue;
         if (header === undefined) {
           header = fields.map((f) => f.trim());

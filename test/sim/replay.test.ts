@@ -305,3 +305,36 @@ test("--knee on a replay scenario sweeps closed loops with the trace's sizes", a
   assert.equal(k.points.length, 2);
   assert.ok(k.points[1]!.throughput_rps > k.points[0]!.throughput_rps);
 });
+
+test("the file is streamed: records cut anywhere by the chunks (in a quoted line break, inside CRLF) read the same", async () => {
+  const { csvRecords, csvStream, lines } = await import("../../src/sim/replay.js");
+  const text = 'a,b\r\n1,"x\r\ny"\r\n2,"q ""z"""\r\n3,plain\r\n';
+  const whole = [...csvRecords(text)];
+  assert.deepEqual(
+    whole.map((r) => [r.line, ...r.fields]),
+    [
+      [1, "a", "b"],
+      [2, "1", "x\r\ny"],
+      [4, "2", 'q "z"'],
+      [5, "3", "plain"],
+    ],
+  );
+  for (let cut = 1; cut < text.length; cut++) {
+    for (let cut2 = cut + 1; cut2 <= text.length; cut2 += 3) {
+      const parts = [text.slice(0, cut), text.slice(cut, cut2), text.slice(cut2)];
+      assert.deepEqual([...csvStream(parts)], whole, `cut at ${cut}, ${cut2}`);
+    }
+  }
+  const jl = '{"a": 1}\n\n{"a": 2}\n{"a": 3}';
+  for (let cut = 1; cut < jl.length; cut++) {
+    const got = [...lines([jl.slice(0, cut), jl.slice(cut)])].filter((l) => l.text !== "");
+    assert.deepEqual(
+      got.map((l) => [l.line, l.text]),
+      [
+        [1, '{"a": 1}'],
+        [3, '{"a": 2}'],
+        [4, '{"a": 3}'],
+      ],
+    );
+  }
+});
