@@ -338,3 +338,27 @@ test("the file is streamed: records cut anywhere by the chunks (in a quoted line
     );
   }
 });
+
+test("arrival.start skips into the trace: rows before it are not sent, the rest arrive from 0", async () => {
+  const doc = parseYaml(readFileSync(join(repo, "scenarios", "azure-conv-code.yaml"), "utf8")) as {
+    tenants: { arrival: Record<string, unknown> }[];
+  };
+  for (const t of doc.tenants) t.arrival.start = "300s";
+  const scenario = resolveScenario(
+    doc,
+    { file: "azure.yaml", baseDir: join(repo, "scenarios") },
+    { policies: ["fifo"] },
+  );
+  const run = await runPolicy(scenario, "fifo", { attempts: true });
+  const firsts = run.attempts!.filter((r) => r.attempt === 1);
+  // Rows at or after 18:20:46.68059 (300 s after the first conversation row).
+  const after = (file: string) =>
+    readFileSync(join(repo, "traces", file), "utf8")
+      .trim()
+      .split("\n")
+      .slice(1)
+      .filter((l) => l.split(",")[0]! >= "2023-11-16 18:20:46.6805900").length;
+  assert.equal(firsts.length, after("azure-conv-10m.csv") + after("azure-code-10m.csv"));
+  assert.ok(Math.min(...firsts.map((r) => r.arrival)) < 1000);
+  assert.ok(scenario.durationMs < 300_000);
+});
