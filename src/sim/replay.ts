@@ -25,6 +25,8 @@ export interface ReplaySpec {
   timestampUnit?: "s" | "ms" | undefined;
   speed: number;
   startMs: number;
+  /** Keep only part `part` of `of` (a trace with no tenants split into several; see splitKey). */
+  split?: { of: number; part: number } | undefined;
 }
 
 export interface ReplayTrace {
@@ -378,6 +380,30 @@ function readReplay(fd: number, absPath: string, spec: ReplaySpec, label: string
     if (header === undefined) throw new ConfigError(label, `${absPath}: the CSV has no header row`);
   }
   if (t.length === 0) throw new ConfigError(label, `${absPath}: no requests in the trace`);
+  if (!wantBlocks) for (let i = 0; i < t.length; i++) blockStart.push(0);
+  if (spec.split !== undefined) {
+    // Compact the columns in place to the rows of this part.
+    const { of, part } = spec.split;
+    let k = 0;
+    let b = 0;
+    const starts: number[] = [0];
+    for (let i = 0; i < t.length; i++) {
+      const from = blockStart[i]!;
+      const to = blockStart[i + 1]!;
+      if (splitKey(blocks, from, to, i) % of !== part) continue;
+      t[k] = t[i]!;
+      prompt[k] = prompt[i]!;
+      output[k] = output[i]!;
+      for (let j = from; j < to; j++) blocks[b++] = blocks[j]!;
+      starts.push(b);
+      k++;
+    }
+    if (k === 0) throw new ConfigError(label, `${absPath}: no requests in part ${part} of ${of}`);
+    t.length = prompt.length = output.length = k;
+    blocks.length = b;
+    blockStart.length = 0;
+    blockStart.push(...starts);
+  }
   const n = t.length;
   let sorted = true;
   for (let i = 1; i < n; i++) if (t[i]! < t[i - 1]!) sorted = false;
@@ -386,7 +412,6 @@ function readReplay(fd: number, absPath: string, spec: ReplaySpec, label: string
   for (let i = 0; i < n; i++) order[i] = i;
   // A trace out of time order is replayed in time order (stable: ties keep file order).
   if (!sorted) order.sort((a, b) => times[a]! - times[b]! || a - b);
-  if (!wantBlocks) for (let i = 0; i < n; i++) blockStart.push(0);
   return {
     path: absPath,
     t: times,
@@ -397,6 +422,16 @@ function readReplay(fd: number, absPath: string, spec: ReplaySpec, label: string
     prefixBlockTokens: spec.prefixBlockTokens,
     order,
   };
+}
+
+/**
+ * Which part a row goes to when a trace is split into tenants: by its second prefix block (the
+ * first after a system prompt every conversation shares, so a conversation's turns, which share
+ * their prefix, stay in one part), else its only block, else its row number in the file.
+ */
+export function splitKey(blocks: readonly number[], from: number, to: number, row: number): number {
+  const key = to - from >= 2 ? blocks[from + 1]! : to > from ? blocks[from]! : row;
+  return Math.abs(Math.floor(key));
 }
 
 /** Shifts every trace so that the earliest row of them all is at 0 (in place). */

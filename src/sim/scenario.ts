@@ -170,6 +170,10 @@ const arrivalSchema = z.discriminatedUnion(
       prefix_block_tokens: posInt().optional(),
       speed: posNum().optional(),
       start: secs.optional(),
+      split: z
+        .strictObject({ of: num().int("must be an integer").min(2, "must be >= 2"), part: nonNegInt() })
+        .refine((v) => v.part < v.of, { message: "must be < of", path: ["part"] })
+        .optional(),
     }),
   ],
   { error: "must be {process: poisson | bursty | closed | replay, ...}" },
@@ -845,6 +849,7 @@ export function resolveScenario(
                     prefixBlockTokens: a.prefix_block_tokens ?? 512,
                     speed: a.speed ?? 1,
                     startMs: (a.start ?? 0) * 1000,
+                    split: a.split,
                   },
                   at(`${path}.arrival.path`),
                 ),

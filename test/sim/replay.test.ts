@@ -150,7 +150,12 @@ test("the Mooncake excerpt: its prefix blocks hit the workers' caches, and at 2x
   const path = join(repo, "scenarios", "mooncake-conv.yaml");
   const r = await simulate(loadScenario(path, { policies: ["fifo"] }));
   const fifo = r.policies.fifo!;
-  assert.equal(fifo.classes.interactive!.requests, 1750);
+  // Split in two by conversation (arrival.split): every row goes to exactly one tenant.
+  const chat = fifo.tenants["kimi-chat"]!.requests;
+  const api = fifo.tenants["kimi-api"]!.requests;
+  assert.equal(chat + api, 1750);
+  assert.ok(chat > 700 && api > 700, `${chat} / ${api}`);
+  assert.equal(fifo.classes.interactive!.requests, chat);
   const cached = fifo.workers.reduce((n, w) => n + w.cached_prompt_tokens, 0);
   assert.ok(cached > 1_000_000, `cached ${cached}`);
   // Twice as fast on the same fleet: the 70B workers' KV cache (486,595 tokens each) fills and the
@@ -361,4 +366,35 @@ test("arrival.start skips into the trace: rows before it are not sent, the rest 
   assert.equal(firsts.length, after("azure-conv-10m.csv") + after("azure-code-10m.csv"));
   assert.ok(Math.min(...firsts.map((r) => r.arrival)) < 1000);
   assert.ok(scenario.durationMs < 300_000);
+});
+
+test("arrival.split: a trace's rows go to exactly one part, a conversation's turns (same second block) to the same one", () => {
+  const p = file(
+    "split.jsonl",
+    [
+      '{"timestamp": 0, "input_length": 1100, "output_length": 5, "hash_ids": [0, 7, 8]}',
+      '{"timestamp": 1, "input_length": 1600, "output_length": 5, "hash_ids": [0, 7, 8, 9]}',
+      '{"timestamp": 2, "input_length": 600, "output_length": 3, "hash_ids": [0, 4]}',
+      '{"timestamp": 3, "input_length": 100, "output_length": 3, "hash_ids": [5]}',
+      "",
+    ].join("\n"),
+  );
+  const part = (k: number) =>
+    loadReplay(p, { ...spec, prefixBlocks: "hash_ids", split: { of: 2, part: k } }, "x");
+  const odd = part(1);
+  const even = part(0);
+  assert.deepEqual([...odd.prompt], [1100, 1600, 100]);
+  assert.deepEqual([...even.prompt], [600]);
+  assert.deepEqual([...odd.blocks.subarray(odd.blockStart[1]!, odd.blockStart[2]!)], [0, 7, 8, 9]);
+  assert.deepEqual([...odd.blocks.subarray(odd.blockStart[2]!, odd.blockStart[3]!)], [5]);
+  assert.throws(
+    () =>
+      resolveScenario(
+        parseYaml(
+          "workers: [{profile: toy}]\ntenants: [{name: a, arrival: {process: replay, path: split.jsonl, split: {of: 2, part: 2}}}]",
+        ),
+        { file: "r.yaml", baseDir: dir },
+      ),
+    /r\.yaml: tenants\.0\.arrival\.split\.part: must be < of/,
+  );
 });
