@@ -25,9 +25,21 @@ export interface ClassSettings {
   starvation_threshold_secs: number;
   /** Whether arrivals of this class may preempt a lower-class request before its first byte. */
   can_preempt: boolean;
+  /**
+   * Largest share of all admissions that this class's promoted waiters may take while a higher
+   * class has waiters (0..1): promotion lets a class progress, never overtake (docs/design.md).
+   */
+  starvation_max_share: number;
 }
 
 export type ClassSettingsTable = Readonly<Record<PriorityClass, Readonly<ClassSettings>>>;
+
+/**
+ * sluice's own key (the contract has no bound on promotion): while higher classes wait, a class's
+ * promoted waiters take at most a tenth of the admissions, which is also the minimum a starving
+ * class is guaranteed under sustained overload.
+ */
+export const DEFAULT_STARVATION_MAX_SHARE = 0.1;
 
 /** The contract's built-in defaults, used for any class (or field) the YAML leaves out. */
 export const BUILTIN_CLASS_DEFAULTS: ClassSettingsTable = Object.freeze({
@@ -38,6 +50,7 @@ export const BUILTIN_CLASS_DEFAULTS: ClassSettingsTable = Object.freeze({
     queue_timeout_secs: 30,
     starvation_threshold_secs: 5,
     can_preempt: true,
+    starvation_max_share: DEFAULT_STARVATION_MAX_SHARE,
   }),
   interactive: Object.freeze({
     reserved_floor: 128,
@@ -46,6 +59,7 @@ export const BUILTIN_CLASS_DEFAULTS: ClassSettingsTable = Object.freeze({
     queue_timeout_secs: 30,
     starvation_threshold_secs: 5,
     can_preempt: true,
+    starvation_max_share: DEFAULT_STARVATION_MAX_SHARE,
   }),
   default: Object.freeze({
     reserved_floor: 0,
@@ -54,6 +68,7 @@ export const BUILTIN_CLASS_DEFAULTS: ClassSettingsTable = Object.freeze({
     queue_timeout_secs: 60,
     starvation_threshold_secs: 30,
     can_preempt: false,
+    starvation_max_share: DEFAULT_STARVATION_MAX_SHARE,
   }),
   bulk: Object.freeze({
     reserved_floor: 0,
@@ -62,6 +77,7 @@ export const BUILTIN_CLASS_DEFAULTS: ClassSettingsTable = Object.freeze({
     queue_timeout_secs: 300,
     starvation_threshold_secs: 120,
     can_preempt: false,
+    starvation_max_share: DEFAULT_STARVATION_MAX_SHARE,
   }),
 });
 
@@ -106,6 +122,7 @@ export const CLASS_SETTING_KEYS = [
   "queue_timeout_secs",
   "starvation_threshold_secs",
   "can_preempt",
+  "starvation_max_share",
 ] as const satisfies readonly (keyof ClassSettings)[];
 
 /** The keys of a tenant policy, in the order they are checked. */
@@ -129,6 +146,7 @@ export const CONFIG_MESSAGES = {
   atLeastZero: "must be >= 0",
   aboveZero: "must be > 0",
   share: "must be a finite number >= 0",
+  fraction: "must be a number from 0 to 1",
   boolean: "must be true or false",
   className: `must be one of ${PRIORITY_CLASSES.join(", ")}`,
   period: "must be day or month",
@@ -208,6 +226,13 @@ export function validateClassBlock(raw: unknown, path: string): Partial<ClassSet
     out.starvation_threshold_secs = positive(raw.starvation_threshold_secs, at("starvation_threshold_secs"));
   }
   if (raw.can_preempt !== undefined) out.can_preempt = bool(raw.can_preempt, at("can_preempt"));
+  if (raw.starvation_max_share !== undefined) {
+    const share = raw.starvation_max_share;
+    if (typeof share !== "number" || !(share >= 0 && share <= 1)) {
+      throw new ConfigError(at("starvation_max_share"), M.fraction);
+    }
+    out.starvation_max_share = share;
+  }
   rejectUnknownKeys(raw, CLASS_SETTING_KEYS, path);
   return out;
 }
@@ -297,6 +322,7 @@ export function resolveClassSettings(
           queue_timeout_secs: override.queue_timeout_secs ?? base.queue_timeout_secs,
           starvation_threshold_secs: override.starvation_threshold_secs ?? base.starvation_threshold_secs,
           can_preempt: override.can_preempt ?? base.can_preempt,
+          starvation_max_share: override.starvation_max_share ?? base.starvation_max_share,
         }
       : { ...base };
   }

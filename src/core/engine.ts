@@ -10,7 +10,9 @@
  *   class is queued and its class has headroom.
  * - Dispatch: starvation pass first (oldest waiter of any class past its threshold, reservations
  *   ignored, capacity binding), then strict priority by class with reservation-aware headroom;
- *   within a class, weighted fair queuing across tenants.
+ *   within a class, weighted fair queuing across tenants. A promotion that passes a waiting higher
+ *   class spends a credit that grows by the class's starvation_max_share per admission, so
+ *   promoted waiters take at most that share of admissions while higher classes wait.
  * - Preemption: an arrival of a can_preempt class that cannot be admitted and has no waiter of
  *   its own or a higher class ahead of it takes the slot of one victim (strictly lower class, no
  *   first byte yet, lowest class first, then most recently admitted).
@@ -177,6 +179,12 @@ class PriorityScheduler implements Scheduler, PermitOwner {
   private readonly timeoutMs: number[] = [];
   private readonly starvationMs: number[] = [];
   private readonly canPreempt: boolean[] = [];
+  /** Per class: starvation_max_share, and the promotion credit as of `creditAt` admissions. */
+  private readonly promotionShare: number[] = [];
+  private readonly promotionCredit: number[] = [1, 1, 1, 1];
+  private readonly creditAt: number[] = [0, 0, 0, 0];
+  /** Admissions so far (fast, queued, promoted, preemptor): the clock of the promotion credit. */
+  private admissions = 0;
   private tenants = new Map<string, ResolvedTenant>();
   private defaultTenant: ResolvedTenant;
   private queuedTotal = 0;
@@ -207,6 +215,9 @@ class PriorityScheduler implements Scheduler, PermitOwner {
       this.timeoutMs.push(s.queue_timeout_secs * 1000);
       this.starvationMs.push(s.starvation_threshold_secs * 1000);
       this.canPreempt.push(s.can_preempt);
+      this.promotionShare.push(s.starvation_max_share);
+      // A class with a share starts with one promotion in hand; a share of 0 never passes anyone.
+      if (s.starvation_max_share === 0) this.promotionCredit[rank] = 0;
       this.admissionCounts.push(ADMISSION_OUTCOMES.map(() => 0));
       this.preemptionCounts.push([0, 0, 0, 0]);
     }
@@ -342,6 +353,34 @@ class PriorityScheduler implements Scheduler, PermitOwner {
   private waitersAtOrAbove(rank: number): boolean {
     for (let r = rank; r < CLASS_COUNT; r++) if (this.queues[r]!.size > 0) return true;
     return false;
+  }
+
+  /**
+   * Whether a class above `rank` has waiters. A promotion then passes them even when the slot is a
+   * higher class's unused reservation they cannot take: a promoted waiter holding it keeps the
+   * reservation held back from them, so it costs them a slot all the same.
+   */
+  private waitersAbove(rank: number): boolean {
+    return rank + 1 < CLASS_COUNT && this.waitersAtOrAbove(rank + 1);
+  }
+
+  // --- bounded starvation promotion ----------------------------------------------------------
+
+  /** The class's promotion credit now: it grows by its share per admission, up to one promotion. */
+  private promotionCreditOf(rank: number): number {
+    const grown =
+      this.promotionCredit[rank]! + this.promotionShare[rank]! * (this.admissions - this.creditAt[rank]!);
+    return grown < 1 ? grown : 1;
+  }
+
+  /** A waiter past its mark may be promoted when no higher class waits, or on a whole credit. */
+  private mayPromote(rank: number): boolean {
+    return !this.waitersAbove(rank) || this.promotionCreditOf(rank) >= 1;
+  }
+
+  private spendPromotionCredit(rank: number): void {
+    this.promotionCredit[rank] = this.promotionCreditOf(rank) - 1;
+    this.creditAt[rank] = this.admissions;
   }
 
   /** The tenant's flow in a class's queue (configured tenants keep it on their policy record). */
@@ -481,36 +520,16 @@ class PriorityScheduler implements Scheduler, PermitOwner {
     const now = this.clock.now();
     let granted = false;
     try {
-      const slots = this.slots;
-      // Starvation pass: the oldest waiter past its class's threshold, capacity still binding.
-      // Skipped until the earliest head's mark (a lower bound kept up to date on enqueue).
-      if (now >= this.starveCheckAt && slots.hasFreeSlot()) {
-        for (;;) {
-          let best: Waiter | null = null;
-          let nextMark = Number.POSITIVE_INFINITY;
-          for (let r = 0; r < CLASS_COUNT; r++) {
-            const oldest = this.queues[r]!.oldest();
-            if (oldest === null) continue;
-            const mark = oldest.enqueuedAt + this.starvationMs[r]!;
-            if (mark < nextMark) nextMark = mark;
-            if (now >= mark && (best === null || oldest.seq < best.seq)) best = oldest;
-          }
-          this.starveCheckAt = nextMark;
-          if (best === null || !slots.hasFreeSlot()) break;
-          this.queues[best.rank]!.serveOutOfOrder(best);
-          this.grant(best, true, now);
+      for (;;) {
+        // Starvation pass (skipped until the earliest head's mark, a lower bound kept up to date on
+        // enqueue), then strict priority.
+        if (now >= this.starveCheckAt && this.slots.hasFreeSlot() && this.promoteStarving(now))
           granted = true;
-        }
-      }
-      // Strict priority with reservation-aware headroom. headroom(c) never exceeds headroom of a
-      // higher class, so the first class with waiters and no headroom ends the pass.
-      for (let r = CLASS_COUNT - 1; r >= 0 && this.queuedTotal > 0; r--) {
-        const queue = this.queues[r]!;
-        while (queue.size > 0) {
-          if (slots.headroom(r) <= 0) return;
-          this.grant(queue.pop()!, false, now);
-          granted = true;
-        }
+        if (!this.serveByPriority(now)) break;
+        granted = true;
+        // Serving higher classes may have emptied their queues: a starving waiter then takes a
+        // slot left free (a higher class's unused reservation) without spending a credit.
+        if (this.queuedTotal === 0 || now < this.starveCheckAt || !this.slots.hasFreeSlot()) break;
       }
     } finally {
       this.dispatching = false;
@@ -518,6 +537,45 @@ class PriorityScheduler implements Scheduler, PermitOwner {
       // skips a head already past its mark): arm the timer for the queues' new heads.
       if (granted && this.queuedTotal > 0) this.rearm(now);
     }
+  }
+
+  /** The oldest waiters past their class's mark, capacity still binding; true if any was admitted. */
+  private promoteStarving(now: number): boolean {
+    let granted = false;
+    for (;;) {
+      let best: Waiter | null = null;
+      let nextMark = Number.POSITIVE_INFINITY;
+      for (let r = 0; r < CLASS_COUNT; r++) {
+        const oldest = this.queues[r]!.oldest();
+        if (oldest === null) continue;
+        const mark = oldest.enqueuedAt + this.starvationMs[r]!;
+        if (mark < nextMark) nextMark = mark;
+        if (now >= mark && (best === null || oldest.seq < best.seq) && this.mayPromote(r)) best = oldest;
+      }
+      this.starveCheckAt = nextMark;
+      if (best === null || !this.slots.hasFreeSlot()) return granted;
+      if (this.waitersAbove(best.rank)) this.spendPromotionCredit(best.rank);
+      this.queues[best.rank]!.serveOutOfOrder(best);
+      this.grant(best, true, now);
+      granted = true;
+    }
+  }
+
+  /**
+   * Strict priority with reservation-aware headroom; true if any waiter was admitted. headroom(c)
+   * never exceeds that of a higher class, so the first class with waiters and no headroom ends it.
+   */
+  private serveByPriority(now: number): boolean {
+    let granted = false;
+    for (let r = CLASS_COUNT - 1; r >= 0 && this.queuedTotal > 0; r--) {
+      const queue = this.queues[r]!;
+      while (queue.size > 0) {
+        if (this.slots.headroom(r) <= 0) return granted;
+        this.grant(queue.pop()!, false, now);
+        granted = true;
+      }
+    }
+    return granted;
   }
 
   // --- time --------------------------------------------------------------------------------
@@ -559,6 +617,7 @@ class PriorityScheduler implements Scheduler, PermitOwner {
   // --- reporting ---------------------------------------------------------------------------
 
   private count(rank: number, outcome: AdmissionOutcome, tenant: string): void {
+    if (outcome === "admitted") this.admissions++;
     this.admissionCounts[rank]![OUTCOME_INDEX[outcome]]!++;
     this.observer.admission?.(classOfRank(rank), outcome, tenant);
   }

@@ -214,8 +214,10 @@ export class RedisAdmissionBackend implements AdmissionBackend, SlotOwner, Wakeu
     const perSlot: number[] = [];
     const starvation: number[] = [];
     const canPreempt: boolean[] = [];
+    const promotionShare: number[] = [];
     for (let r = 0; r < CLASS_COUNT; r++) {
       const s = options.classes[classOfRank(r)];
+      promotionShare.push(s.starvation_max_share);
       floors.push(s.reserved_floor);
       perSlot.push(s.reserved_per_slot);
       starvation.push(s.starvation_threshold_secs * 1000);
@@ -238,6 +240,7 @@ export class RedisAdmissionBackend implements AdmissionBackend, SlotOwner, Wakeu
       canPreempt,
       poolTag,
       options.fleet.keys.channelPrefix,
+      promotionShare,
     ]);
     this.poolKey = [this.keys.st];
     options.fleet.wakeups.register(poolTag, this);
