@@ -26,6 +26,12 @@ export interface ClassSettings {
   /** Whether arrivals of this class may preempt a lower-class request before its first byte. */
   can_preempt: boolean;
   /**
+   * A can_preempt class's wait target: a waiter preempts only once it has queued this long with no
+   * slot freed (0 = at once on arrival, the contract's reference behaviour). Preemption throws a
+   * victim's prefill away, so it is kept for waiters that would otherwise miss the target.
+   */
+  preempt_after_secs: number;
+  /**
    * Largest share of all admissions that this class's promoted waiters may take while a higher
    * class has waiters (0..1): promotion lets a class progress, never overtake (docs/design.md).
    */
@@ -41,6 +47,9 @@ export type ClassSettingsTable = Readonly<Record<PriorityClass, Readonly<ClassSe
  */
 export const DEFAULT_STARVATION_MAX_SHARE = 0.1;
 
+/** sluice's own key: how long a can_preempt waiter waits for a freed slot before it preempts. */
+export const DEFAULT_PREEMPT_AFTER_SECS = 0.25;
+
 /** The contract's built-in defaults, used for any class (or field) the YAML leaves out. */
 export const BUILTIN_CLASS_DEFAULTS: ClassSettingsTable = Object.freeze({
   system: Object.freeze({
@@ -50,6 +59,7 @@ export const BUILTIN_CLASS_DEFAULTS: ClassSettingsTable = Object.freeze({
     queue_timeout_secs: 30,
     starvation_threshold_secs: 5,
     can_preempt: true,
+    preempt_after_secs: DEFAULT_PREEMPT_AFTER_SECS,
     starvation_max_share: DEFAULT_STARVATION_MAX_SHARE,
   }),
   interactive: Object.freeze({
@@ -59,6 +69,7 @@ export const BUILTIN_CLASS_DEFAULTS: ClassSettingsTable = Object.freeze({
     queue_timeout_secs: 30,
     starvation_threshold_secs: 5,
     can_preempt: true,
+    preempt_after_secs: DEFAULT_PREEMPT_AFTER_SECS,
     starvation_max_share: DEFAULT_STARVATION_MAX_SHARE,
   }),
   default: Object.freeze({
@@ -68,6 +79,7 @@ export const BUILTIN_CLASS_DEFAULTS: ClassSettingsTable = Object.freeze({
     queue_timeout_secs: 60,
     starvation_threshold_secs: 30,
     can_preempt: false,
+    preempt_after_secs: DEFAULT_PREEMPT_AFTER_SECS,
     starvation_max_share: DEFAULT_STARVATION_MAX_SHARE,
   }),
   bulk: Object.freeze({
@@ -77,6 +89,7 @@ export const BUILTIN_CLASS_DEFAULTS: ClassSettingsTable = Object.freeze({
     queue_timeout_secs: 300,
     starvation_threshold_secs: 120,
     can_preempt: false,
+    preempt_after_secs: DEFAULT_PREEMPT_AFTER_SECS,
     starvation_max_share: DEFAULT_STARVATION_MAX_SHARE,
   }),
 });
@@ -122,6 +135,7 @@ export const CLASS_SETTING_KEYS = [
   "queue_timeout_secs",
   "starvation_threshold_secs",
   "can_preempt",
+  "preempt_after_secs",
   "starvation_max_share",
 ] as const satisfies readonly (keyof ClassSettings)[];
 
@@ -226,6 +240,9 @@ export function validateClassBlock(raw: unknown, path: string): Partial<ClassSet
     out.starvation_threshold_secs = positive(raw.starvation_threshold_secs, at("starvation_threshold_secs"));
   }
   if (raw.can_preempt !== undefined) out.can_preempt = bool(raw.can_preempt, at("can_preempt"));
+  if (raw.preempt_after_secs !== undefined) {
+    out.preempt_after_secs = nonNegative(raw.preempt_after_secs, at("preempt_after_secs"));
+  }
   if (raw.starvation_max_share !== undefined) {
     const share = raw.starvation_max_share;
     if (typeof share !== "number" || !(share >= 0 && share <= 1)) {
@@ -322,6 +339,7 @@ export function resolveClassSettings(
           queue_timeout_secs: override.queue_timeout_secs ?? base.queue_timeout_secs,
           starvation_threshold_secs: override.starvation_threshold_secs ?? base.starvation_threshold_secs,
           can_preempt: override.can_preempt ?? base.can_preempt,
+          preempt_after_secs: override.preempt_after_secs ?? base.preempt_after_secs,
           starvation_max_share: override.starvation_max_share ?? base.starvation_max_share,
         }
       : { ...base };

@@ -143,7 +143,9 @@ export interface PoolReport extends PoolStats {
 
 export interface PolicyReport {
   totals: GroupStats;
-  classes: Partial<Record<PriorityClass, GroupStats & { starvation_promotions: number }>>;
+  classes: Partial<
+    Record<PriorityClass, GroupStats & { starvation_promotions: number; preempted_prefill_tokens: number }>
+  >;
   tenants: Record<string, GroupStats & { weight: number; key: string }>;
   phases: Record<
     string,
@@ -447,6 +449,7 @@ export function policyReport(scenario: Scenario, run: RunResult): PolicyReport {
     classes[c] = {
       ...groupStats(run, scenario, (i) => log.cls[i] === r, durationS),
       starvation_promotions: run.promotions[r] ?? 0,
+      preempted_prefill_tokens: run.preemptedPrefillTokens[r] ?? 0,
     };
   }
   const tenants: PolicyReport["tenants"] = {};

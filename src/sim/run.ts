@@ -181,6 +181,8 @@ export interface RunResult {
   /** Per scenario pool, in its order. */
   pools: PoolRunResult[];
   promotions: number[];
+  /** Per class rank: prompt tokens the workers had computed for requests preempted by the gateway. */
+  preemptedPrefillTokens: number[];
   clamps: number;
   /** Per class: sum over samples of in-flight, and of the class's entitlement (see report.ts), per window. */
   entitlement: { window: string; cls: number; inflight: number; entitled: number; samples: number }[];
@@ -390,6 +392,13 @@ export async function runPolicy(
   let live = 0; // requests queued or admitted
   let done = 0;
   const liveSet = new Set<SimRequest>();
+  // The work a preemption throws away: counted per class, and what sluice's victim choice minimises.
+  const preemptedPrefillTokens = [0, 0, 0, 0];
+  const requestOfTicket = new WeakMap<SimTicket, SimRequest>();
+  const prefillOfTicket = (ticket: SimTicket): number => {
+    const job = requestOfTicket.get(ticket)?.job;
+    return job?.worker ? job.worker.prefillProgress(job) : 0;
+  };
 
   // --- workers and capacity ---
   const listener: WorkerListener = {
@@ -497,7 +506,7 @@ export async function runPolicy(
     const start = capacityOf(parts);
     const gate: Gate = {
       ...parts,
-      policy: createPolicy(policyName, scenario, start, clock, poolName),
+      policy: createPolicy(policyName, scenario, start, clock, poolName, prefillOfTicket),
       liveCapacity: start,
       reservedAt: undefined,
     };
@@ -608,7 +617,10 @@ export async function runPolicy(
   };
   const onPreempted = (req: SimRequest) => {
     if (req.state !== ADMITTED) return;
-    if (req.job?.worker) req.job.worker.abort(req.job);
+    if (req.job?.worker) {
+      preemptedPrefillTokens[req.cls]! += req.job.worker.prefillProgress(req.job);
+      req.job.worker.abort(req.job);
+    }
     if (req.hold) budgets!.refund(req.hold);
     leaveFleet(req);
     req.fair!.undone(req.tenant.index, req.prompt + req.output, clock.now());
@@ -635,6 +647,7 @@ export async function runPolicy(
     const b = Math.floor(now / bucketMs);
     while (cs.waitMaxMs.length <= b) cs.waitMaxMs.push(0);
     if (wait > cs.waitMaxMs[b]!) cs.waitMaxMs[b] = wait;
+    requestOfTicket.set(ticket, req);
     ticket.onPreempt(() => onPreempted(req));
     if (req.state !== ADMITTED) return; // preempted before this reaction ran
     const worker = req.pool!.pool.route(req.tenant.spec.model);
@@ -1010,6 +1023,7 @@ export async function runPolicy(
       capacity: gatePerPool ? capacityRun(p.gate) : undefined,
     })),
     promotions: sumOver(gates, (g) => g.policy.promotions()),
+    preemptedPrefillTokens,
     clamps: gates.reduce((n, g) => n + g.policy.clamps(), 0),
     entitlement,
     capacity: capacityRun(mainGate),

@@ -319,6 +319,20 @@ export class Worker {
     this.interrupt(now);
   }
 
+  /**
+   * Prompt tokens of the job's current prefill computed by now (a macro step's iterations count
+   * as they pass): what a preemption would throw away. 0 while it waits in the engine's queue.
+   */
+  prefillProgress(job: Job): number {
+    if (job.worker !== this || job.state !== PREFILL) return 0;
+    let done = job.prefilled;
+    if (this.busy && job.chunk > 0 && this.stepDur > 0) {
+      const passed = Math.floor((this.clock.now() - this.stepStart) / this.stepDur);
+      done += job.chunk * Math.min(passed, this.stepK);
+    }
+    return Math.min(done, job.prefillTarget);
+  }
+
   /** Takes a request off this worker at once (preempted by the gateway, or cancelled). */
   abort(job: Job): void {
     if (job.worker !== this || job.state === GONE) return;

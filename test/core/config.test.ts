@@ -65,7 +65,7 @@ function yamlError(text: string): string {
 }
 
 describe("built-in defaults", () => {
-  test("match the contract's table exactly (plus sluice's starvation_max_share)", () => {
+  test("match the contract's table exactly (plus sluice's preempt_after_secs and starvation_max_share)", () => {
     assert.deepEqual(JSON.parse(JSON.stringify(BUILTIN_CLASS_DEFAULTS)), {
       system: {
         reserved_floor: 32,
@@ -74,6 +74,7 @@ describe("built-in defaults", () => {
         queue_timeout_secs: 30,
         starvation_threshold_secs: 5,
         can_preempt: true,
+        preempt_after_secs: 0.25,
         starvation_max_share: 0.1,
       },
       interactive: {
@@ -83,6 +84,7 @@ describe("built-in defaults", () => {
         queue_timeout_secs: 30,
         starvation_threshold_secs: 5,
         can_preempt: true,
+        preempt_after_secs: 0.25,
         starvation_max_share: 0.1,
       },
       default: {
@@ -92,6 +94,7 @@ describe("built-in defaults", () => {
         queue_timeout_secs: 60,
         starvation_threshold_secs: 30,
         can_preempt: false,
+        preempt_after_secs: 0.25,
         starvation_max_share: 0.1,
       },
       bulk: {
@@ -101,6 +104,7 @@ describe("built-in defaults", () => {
         queue_timeout_secs: 300,
         starvation_threshold_secs: 120,
         can_preempt: false,
+        preempt_after_secs: 0.25,
         starvation_max_share: 0.1,
       },
     });
@@ -126,6 +130,7 @@ describe("YAML parsing", () => {
       queue_timeout_secs: 30,
       starvation_threshold_secs: 5,
       can_preempt: true,
+      preempt_after_secs: 0.25,
       starvation_max_share: 0.1,
     });
     assert.deepEqual(parsed.classes.bulk, {
@@ -135,6 +140,7 @@ describe("YAML parsing", () => {
       queue_timeout_secs: 300,
       starvation_threshold_secs: 120,
       can_preempt: false,
+      preempt_after_secs: 0.25,
       starvation_max_share: 0.1,
     });
     // Omitted classes keep their built-in defaults.
@@ -158,6 +164,7 @@ describe("YAML parsing", () => {
       queue_timeout_secs: 60,
       starvation_threshold_secs: 30,
       can_preempt: false,
+      preempt_after_secs: 0.25,
       starvation_max_share: 0.1,
     });
   });

@@ -1,5 +1,6 @@
 import assert from "node:assert/strict";
 import { describe, test } from "node:test";
+import type { ClassOverrides } from "../../src/core/config.js";
 import type { SchedulerPermit } from "../../src/core/inflight.js";
 import {
   ClientCancelledError,
@@ -16,6 +17,7 @@ import {
   flush,
   noReservations,
   permitOf,
+  preemptAtOnce,
   type TestScheduler,
   type Tracked,
   track,
@@ -45,8 +47,8 @@ function setup(options: Partial<SchedulerOptions> & { capacity: number }): Harne
     clock,
     observer,
     defaultMaxClass: "system",
-    classes: noReservations(),
     ...options,
+    classes: preemptAtOnce((options.classes as ClassOverrides | undefined) ?? noReservations()),
   });
   return { s, clock, events };
 }
@@ -795,6 +797,81 @@ describe("preemption", () => {
     assert.deepEqual(inflightByClass(s), [1, 0, 0, 0]);
     sys.release();
     assert.equal(s.inflight, 0);
+  });
+
+  describe("at the wait target (preempt_after_secs)", () => {
+    const waitTarget = (extra: Partial<SchedulerOptions> = {}) =>
+      setup({
+        capacity: 1,
+        classes: noReservations({ system: { preempt_after_secs: 0.5 } }),
+        ...extra,
+      });
+
+    test("a waiter preempts only once it has waited its target with no slot freed", async () => {
+      const { s, clock } = waitTarget();
+      const bulk = await s.acquire({ priority: "bulk", tenant: "b" });
+      const sys = track(s.acquire({ priority: "system", tenant: "s" }));
+      clock.advance(499);
+      await flush();
+      assert.equal(sys.state, "pending");
+      assert.equal(bulk.preempted, false);
+      clock.advance(1);
+      await flush();
+      const p = permitOf(sys);
+      assert.equal(bulk.preempted, true);
+      assert.equal(p.admission, "queued");
+      assert.equal(p.queueWaitMs, 500);
+      assert.deepEqual(inflightByClass(s), [1, 0, 0, 0]);
+      assert.equal(s.counters().admissions.bulk.preempted, 1);
+    });
+
+    test("a slot freed before the target saves the victim's work", async () => {
+      const { s, clock } = waitTarget();
+      const bulk = await s.acquire({ priority: "bulk", tenant: "b" });
+      const sys = track(s.acquire({ priority: "system", tenant: "s" }));
+      clock.advance(300);
+      bulk.release();
+      await flush();
+      assert.equal(permitOf(sys).queueWaitMs, 300);
+      clock.advance(1000);
+      await flush();
+      assert.equal(bulk.preempted, false);
+      assert.equal(s.counters().admissions.bulk.preempted, 0);
+    });
+
+    test("a class that may not queue (queue_size 0) preempts at once", async () => {
+      const { s } = setup({
+        capacity: 1,
+        classes: noReservations({ system: { preempt_after_secs: 0.5, queue_size: 0 } }),
+      });
+      const bulk = await s.acquire({ priority: "bulk" });
+      const sys = await s.acquire({ priority: "system" });
+      assert.equal(bulk.preempted, true);
+      assert.equal(sys.admission, "fast");
+    });
+
+    test("the victim is the one that throws away the least work, where the shell reports it", async () => {
+      const progress = new Map<string, number>([
+        ["old-long", 900],
+        ["mid-short", 40],
+        ["new-queued-in-engine", 120],
+      ]);
+      const { s, clock } = setup({
+        capacity: 3,
+        classes: noReservations({ system: { preempt_after_secs: 0.5 } }),
+        preemptionCost: (p) => progress.get(p.tenant) ?? 0,
+      });
+      const permits = [];
+      for (const tenant of progress.keys()) permits.push(await s.acquire({ priority: "bulk", tenant }));
+      const sys = track(s.acquire({ priority: "system" }));
+      clock.advance(500);
+      await flush();
+      assert.equal(permitOf(sys).class, "system");
+      assert.deepEqual(
+        permits.map((p) => p.preempted),
+        [false, true, false],
+      );
+    });
   });
 });
 

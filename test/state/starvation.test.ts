@@ -21,7 +21,12 @@ import {
 test("promoted bulk waiters take at most starvation_max_share of admissions while interactive waits", async (t) => {
   const url = await redisOrSkip(t);
   if (url === undefined) return;
-  const worker = await startMockWorker({ maxRunningRequests: 1, ttftMs: 5, tokenDelayMs: 1, batchSlowdown: 0 });
+  const worker = await startMockWorker({
+    maxRunningRequests: 1,
+    ttftMs: 5,
+    tokenDelayMs: 1,
+    batchSlowdown: 0,
+  });
   t.after(() => worker.close());
   const priority = await writeTempFile(
     t,

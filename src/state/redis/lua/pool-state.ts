@@ -26,7 +26,8 @@
  * ARGV 1 the pool's settings, one JSON array built once per backend: lease ms, replica TTL ms,
  *   then per class (rank 0..3) the floors, the per-slot fractions, the starvation thresholds in ms
  *   and whether it may preempt (four arrays), the pool's name (URI-encoded), the channel prefix,
- *   then per class the starvation_max_share. st also keeps each class's promotion credit
+ *   then per class the starvation_max_share and the wait target in ms after which a queued waiter
+ *   of a can_preempt class claims a victim (0: it preempts on arrival only). st also keeps each class's promotion credit
  *   (pc0..pc3) as of the admission seq pa0..pa3 (engine.ts: bounded starvation promotion).
  *   A script's own arguments start at 2.
  */
@@ -46,7 +47,7 @@ local LEASE_MS, REPLICA_TTL = SET[1], SET[2]
 -- Per class, indexed by rank + 1 (Lua arrays start at 1).
 local FLOOR, PER, STARVE, CANP = SET[3], SET[4], SET[5], SET[6]
 local POOL, CHAN = SET[7], SET[8]
-local SHARE = SET[9]
+local SHARE, PAFTER = SET[9], SET[10]
 local A = 1
 local PIN_CHANGED = false
 
