@@ -96,6 +96,8 @@ export interface ClassYaml {
   queue_timeout_secs?: number;
   starvation_threshold_secs?: number;
   can_preempt?: boolean;
+  preempt_after_secs?: number;
+  starvation_max_share?: number;
 }
 
 export interface SchedulerYamlSpec {

@@ -32,6 +32,8 @@ export const classSettingsSchema = z.strictObject(
     queue_timeout_secs: positiveSecs.optional(),
     starvation_threshold_secs: positiveSecs.optional(),
     can_preempt: z.boolean({ error: M.boolean }).optional(),
+    preempt_after_secs: z.number({ error: M.number }).min(0, M.atLeastZero).optional(),
+    starvation_max_share: z.number({ error: M.fraction }).min(0, M.fraction).max(1, M.fraction).optional(),
   },
   { error: M.mapping },
 );

@@ -25,9 +25,30 @@ export interface ClassSettings {
   starvation_threshold_secs: number;
   /** Whether arrivals of this class may preempt a lower-class request before its first byte. */
   can_preempt: boolean;
+  /**
+   * A can_preempt class's wait target: a waiter preempts only once it has queued this long with no
+   * slot freed (0 = at once on arrival, the contract's reference behaviour). Preemption throws a
+   * victim's prefill away, so it is kept for waiters that would otherwise miss the target.
+   */
+  preempt_after_secs: number;
+  /**
+   * Largest share of all admissions that this class's promoted waiters may take while a higher
+   * class has waiters (0..1): promotion lets a class progress, never overtake (docs/design.md).
+   */
+  starvation_max_share: number;
 }
 
 export type ClassSettingsTable = Readonly<Record<PriorityClass, Readonly<ClassSettings>>>;
+
+/**
+ * sluice's own key (the contract has no bound on promotion): while higher classes wait, a class's
+ * promoted waiters take at most a tenth of the admissions, which is also the minimum a starving
+ * class is guaranteed under sustained overload.
+ */
+export const DEFAULT_STARVATION_MAX_SHARE = 0.1;
+
+/** sluice's own key: how long a can_preempt waiter waits for a freed slot before it preempts. */
+export const DEFAULT_PREEMPT_AFTER_SECS = 0.25;
 
 /** The contract's built-in defaults, used for any class (or field) the YAML leaves out. */
 export const BUILTIN_CLASS_DEFAULTS: ClassSettingsTable = Object.freeze({
@@ -38,6 +59,8 @@ export const BUILTIN_CLASS_DEFAULTS: ClassSettingsTable = Object.freeze({
     queue_timeout_secs: 30,
     starvation_threshold_secs: 5,
     can_preempt: true,
+    preempt_after_secs: DEFAULT_PREEMPT_AFTER_SECS,
+    starvation_max_share: DEFAULT_STARVATION_MAX_SHARE,
   }),
   interactive: Object.freeze({
     reserved_floor: 128,
@@ -46,6 +69,8 @@ export const BUILTIN_CLASS_DEFAULTS: ClassSettingsTable = Object.freeze({
     queue_timeout_secs: 30,
     starvation_threshold_secs: 5,
     can_preempt: true,
+    preempt_after_secs: DEFAULT_PREEMPT_AFTER_SECS,
+    starvation_max_share: DEFAULT_STARVATION_MAX_SHARE,
   }),
   default: Object.freeze({
     reserved_floor: 0,
@@ -54,6 +79,8 @@ export const BUILTIN_CLASS_DEFAULTS: ClassSettingsTable = Object.freeze({
     queue_timeout_secs: 60,
     starvation_threshold_secs: 30,
     can_preempt: false,
+    preempt_after_secs: DEFAULT_PREEMPT_AFTER_SECS,
+    starvation_max_share: DEFAULT_STARVATION_MAX_SHARE,
   }),
   bulk: Object.freeze({
     reserved_floor: 0,
@@ -62,6 +89,8 @@ export const BUILTIN_CLASS_DEFAULTS: ClassSettingsTable = Object.freeze({
     queue_timeout_secs: 300,
     starvation_threshold_secs: 120,
     can_preempt: false,
+    preempt_after_secs: DEFAULT_PREEMPT_AFTER_SECS,
+    starvation_max_share: DEFAULT_STARVATION_MAX_SHARE,
   }),
 });
 
@@ -106,6 +135,8 @@ export const CLASS_SETTING_KEYS = [
   "queue_timeout_secs",
   "starvation_threshold_secs",
   "can_preempt",
+  "preempt_after_secs",
+  "starvation_max_share",
 ] as const satisfies readonly (keyof ClassSettings)[];
 
 /** The keys of a tenant policy, in the order they are checked. */
@@ -129,6 +160,7 @@ export const CONFIG_MESSAGES = {
   atLeastZero: "must be >= 0",
   aboveZero: "must be > 0",
   share: "must be a finite number >= 0",
+  fraction: "must be a number from 0 to 1",
   boolean: "must be true or false",
   className: `must be one of ${PRIORITY_CLASSES.join(", ")}`,
   period: "must be day or month",
@@ -208,6 +240,16 @@ export function validateClassBlock(raw: unknown, path: string): Partial<ClassSet
     out.starvation_threshold_secs = positive(raw.starvation_threshold_secs, at("starvation_threshold_secs"));
   }
   if (raw.can_preempt !== undefined) out.can_preempt = bool(raw.can_preempt, at("can_preempt"));
+  if (raw.preempt_after_secs !== undefined) {
+    out.preempt_after_secs = nonNegative(raw.preempt_after_secs, at("preempt_after_secs"));
+  }
+  if (raw.starvation_max_share !== undefined) {
+    const share = raw.starvation_max_share;
+    if (typeof share !== "number" || !(share >= 0 && share <= 1)) {
+      throw new ConfigError(at("starvation_max_share"), M.fraction);
+    }
+    out.starvation_max_share = share;
+  }
   rejectUnknownKeys(raw, CLASS_SETTING_KEYS, path);
   return out;
 }
@@ -297,6 +339,8 @@ export function resolveClassSettings(
           queue_timeout_secs: override.queue_timeout_secs ?? base.queue_timeout_secs,
           starvation_threshold_secs: override.starvation_threshold_secs ?? base.starvation_threshold_secs,
           can_preempt: override.can_preempt ?? base.can_preempt,
+          preempt_after_secs: override.preempt_after_secs ?? base.preempt_after_secs,
+          starvation_max_share: override.starvation_max_share ?? base.starvation_max_share,
         }
       : { ...base };
   }

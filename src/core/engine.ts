@@ -10,10 +10,14 @@
  *   class is queued and its class has headroom.
  * - Dispatch: starvation pass first (oldest waiter of any class past its threshold, reservations
  *   ignored, capacity binding), then strict priority by class with reservation-aware headroom;
- *   within a class, weighted fair queuing across tenants.
- * - Preemption: an arrival of a can_preempt class that cannot be admitted and has no waiter of
- *   its own or a higher class ahead of it takes the slot of one victim (strictly lower class, no
- *   first byte yet, lowest class first, then most recently admitted).
+ *   within a class, weighted fair queuing across tenants. A promotion that passes a waiting higher
+ *   class spends a credit that grows by the class's starvation_max_share per admission, so
+ *   promoted waiters take at most that share of admissions while higher classes wait.
+ * - Preemption: a waiter of a can_preempt class that is next in line (no waiter of a higher class)
+ *   and has queued for its class's preempt_after_secs with no slot freed takes the slot of one
+ *   victim (strictly lower class, no first byte yet, lowest class first, then the least work
+ *   thrown away: the most recently admitted unless the shell reports progress). With
+ *   preempt_after_secs 0 an arrival preempts at once instead of queueing.
  */
 import { CLASS_COUNT, CLASS_RANK, classOfRank, type PriorityClass, parsePriority } from "./class.js";
 import { type Clock, realClock } from "./clock.js";
@@ -53,6 +57,12 @@ export interface SchedulerOptions {
   defaultMaxClass?: PriorityClass;
   clock?: Clock;
   observer?: SchedulerObserver;
+  /**
+   * The work a preemption of this permit would throw away (prefill tokens computed so far), where
+   * the shell knows the worker's progress (the simulator does). Victims are then chosen by least
+   * work inside the lowest class; without it, by elapsed time (the most recently admitted).
+   */
+  preemptionCost?: (permit: Permit) => number;
 }
 
 export interface AcquireOptions {
@@ -177,6 +187,15 @@ class PriorityScheduler implements Scheduler, PermitOwner {
   private readonly timeoutMs: number[] = [];
   private readonly starvationMs: number[] = [];
   private readonly canPreempt: boolean[] = [];
+  /** Per class: preempt_after_secs in ms, Infinity for a class that may not preempt. */
+  private readonly preemptAfterMs: number[] = [];
+  private readonly preemptionCost: ((permit: Permit) => number) | undefined;
+  /** Per class: starvation_max_share, and the promotion credit as of `creditAt` admissions. */
+  private readonly promotionShare: number[] = [];
+  private readonly promotionCredit: number[] = [1, 1, 1, 1];
+  private readonly creditAt: number[] = [0, 0, 0, 0];
+  /** Admissions so far (fast, queued, promoted, preemptor): the clock of the promotion credit. */
+  private admissions = 0;
   private tenants = new Map<string, ResolvedTenant>();
   private defaultTenant: ResolvedTenant;
   private queuedTotal = 0;
@@ -196,6 +215,7 @@ class PriorityScheduler implements Scheduler, PermitOwner {
     this.clock = options.clock ?? realClock;
     this.timer = new DeadlineTimer(this.clock, () => this.onTimer());
     this.observer = options.observer ?? {};
+    this.preemptionCost = options.preemptionCost;
     // A complete table resolves to itself; either way every value is checked.
     this.settings = resolveClassSettings(options.classes);
     Slots.assertFits(this.settings, options.capacity);
@@ -207,6 +227,10 @@ class PriorityScheduler implements Scheduler, PermitOwner {
       this.timeoutMs.push(s.queue_timeout_secs * 1000);
       this.starvationMs.push(s.starvation_threshold_secs * 1000);
       this.canPreempt.push(s.can_preempt);
+      this.preemptAfterMs.push(s.can_preempt ? s.preempt_after_secs * 1000 : Number.POSITIVE_INFINITY);
+      this.promotionShare.push(s.starvation_max_share);
+      // A class with a share starts with one promotion in hand; a share of 0 never passes anyone.
+      if (s.starvation_max_share === 0) this.promotionCredit[rank] = 0;
       this.admissionCounts.push(ADMISSION_OUTCOMES.map(() => 0));
       this.preemptionCounts.push([0, 0, 0, 0]);
     }
@@ -290,8 +314,12 @@ class PriorityScheduler implements Scheduler, PermitOwner {
     if (nothingAhead && this.slots.headroom(rank) > 0) {
       return Promise.resolve(this.admitNew(rank, requested, tenant, cost, policy));
     }
-    if (nothingAhead && this.canPreempt[rank]) {
-      const victim = this.preemptible.victimBelow(rank);
+    // A class that may not queue (queue_size 0) preempts at once: waiting is not open to it.
+    if (
+      nothingAhead &&
+      (this.preemptAfterMs[rank] === 0 || (this.queueLimit[rank] === 0 && this.canPreempt[rank]))
+    ) {
+      const victim = this.preemptible.victimBelow(rank, this.preemptionCost);
       if (victim !== null)
         return Promise.resolve(this.preemptFor(victim, rank, requested, tenant, cost, policy));
     }
@@ -344,6 +372,34 @@ class PriorityScheduler implements Scheduler, PermitOwner {
     return false;
   }
 
+  /**
+   * Whether a class above `rank` has waiters. A promotion then passes them even when the slot is a
+   * higher class's unused reservation they cannot take: a promoted waiter holding it keeps the
+   * reservation held back from them, so it costs them a slot all the same.
+   */
+  private waitersAbove(rank: number): boolean {
+    return rank + 1 < CLASS_COUNT && this.waitersAtOrAbove(rank + 1);
+  }
+
+  // --- bounded starvation promotion ----------------------------------------------------------
+
+  /** The class's promotion credit now: it grows by its share per admission, up to one promotion. */
+  private promotionCreditOf(rank: number): number {
+    const grown =
+      this.promotionCredit[rank]! + this.promotionShare[rank]! * (this.admissions - this.creditAt[rank]!);
+    return grown < 1 ? grown : 1;
+  }
+
+  /** A waiter past its mark may be promoted when no higher class waits, or on a whole credit. */
+  private mayPromote(rank: number): boolean {
+    return !this.waitersAbove(rank) || this.promotionCreditOf(rank) >= 1;
+  }
+
+  private spendPromotionCredit(rank: number): void {
+    this.promotionCredit[rank] = this.promotionCreditOf(rank) - 1;
+    this.creditAt[rank] = this.admissions;
+  }
+
   /** The tenant's flow in a class's queue (configured tenants keep it on their policy record). */
   private flowOf(policy: ResolvedTenant, rank: number, tenant: string): Flow<Waiter> {
     const cache = policy.flows;
@@ -380,6 +436,17 @@ class PriorityScheduler implements Scheduler, PermitOwner {
     cost: number,
     policy: ResolvedTenant,
   ): SchedulerPermit {
+    this.takeSlotOf(victim, rank);
+    const permit = new SchedulerPermit(this, rank, requested, tenant, cost, policy.weight, 0, "fast", false);
+    this.queues[rank]!.charge(permit, cost, true, this.flowOf(policy, rank, tenant));
+    this.preemptible.add(permit);
+    this.count(rank, "admitted", tenant);
+    this.observer.queueWait?.(classOfRank(rank), 0, "admitted");
+    return permit;
+  }
+
+  /** The victim's slot passes to a request of class `rank` (the slot count moves, not the total). */
+  private takeSlotOf(victim: SchedulerPermit, rank: number): void {
     this.preemptible.remove(victim);
     this.slots.transfer(victim.rank, rank);
     // Preempted before its first byte: nothing was served, the whole charge comes back.
@@ -388,12 +455,6 @@ class PriorityScheduler implements Scheduler, PermitOwner {
     this.preemptionCounts[victim.rank]![rank]!++;
     this.observer.preemption?.(classOfRank(victim.rank), classOfRank(rank));
     this.count(victim.rank, "preempted", victim.tenant);
-    const permit = new SchedulerPermit(this, rank, requested, tenant, cost, policy.weight, 0, "fast", false);
-    this.queues[rank]!.charge(permit, cost, true, this.flowOf(policy, rank, tenant));
-    this.preemptible.add(permit);
-    this.count(rank, "admitted", tenant);
-    this.observer.queueWait?.(classOfRank(rank), 0, "admitted");
-    return permit;
   }
 
   private enqueue(
@@ -420,7 +481,7 @@ class PriorityScheduler implements Scheduler, PermitOwner {
     const starveAt = now + this.starvationMs[rank]!;
     if (starveAt < this.starveCheckAt) this.starveCheckAt = starveAt;
     const timeoutAt = now + this.timeoutMs[rank]!;
-    this.timer.arm(Math.min(starveAt, timeoutAt));
+    this.timer.arm(Math.min(starveAt, timeoutAt, now + this.preemptAfterMs[rank]!));
     return promise;
   }
 
@@ -434,9 +495,11 @@ class PriorityScheduler implements Scheduler, PermitOwner {
     waiter.onAbort = undefined;
   }
 
-  private grant(waiter: Waiter, promoted: boolean, now: number): void {
+  /** Admits a waiter that has left its flow: into a free slot, or into a victim's. */
+  private grant(waiter: Waiter, promoted: boolean, now: number, victim: SchedulerPermit | null = null): void {
     this.detach(waiter);
-    this.slots.take(waiter.rank);
+    if (victim === null) this.slots.take(waiter.rank);
+    else this.takeSlotOf(victim, waiter.rank);
     const waitMs = now - waiter.enqueuedAt;
     const permit = new SchedulerPermit(
       this,
@@ -481,36 +544,16 @@ class PriorityScheduler implements Scheduler, PermitOwner {
     const now = this.clock.now();
     let granted = false;
     try {
-      const slots = this.slots;
-      // Starvation pass: the oldest waiter past its class's threshold, capacity still binding.
-      // Skipped until the earliest head's mark (a lower bound kept up to date on enqueue).
-      if (now >= this.starveCheckAt && slots.hasFreeSlot()) {
-        for (;;) {
-          let best: Waiter | null = null;
-          let nextMark = Number.POSITIVE_INFINITY;
-          for (let r = 0; r < CLASS_COUNT; r++) {
-            const oldest = this.queues[r]!.oldest();
-            if (oldest === null) continue;
-            const mark = oldest.enqueuedAt + this.starvationMs[r]!;
-            if (mark < nextMark) nextMark = mark;
-            if (now >= mark && (best === null || oldest.seq < best.seq)) best = oldest;
-          }
-          this.starveCheckAt = nextMark;
-          if (best === null || !slots.hasFreeSlot()) break;
-          this.queues[best.rank]!.serveOutOfOrder(best);
-          this.grant(best, true, now);
+      for (;;) {
+        // Starvation pass (skipped until the earliest head's mark, a lower bound kept up to date on
+        // enqueue), then strict priority.
+        if (now >= this.starveCheckAt && this.slots.hasFreeSlot() && this.promoteStarving(now))
           granted = true;
-        }
-      }
-      // Strict priority with reservation-aware headroom. headroom(c) never exceeds headroom of a
-      // higher class, so the first class with waiters and no headroom ends the pass.
-      for (let r = CLASS_COUNT - 1; r >= 0 && this.queuedTotal > 0; r--) {
-        const queue = this.queues[r]!;
-        while (queue.size > 0) {
-          if (slots.headroom(r) <= 0) return;
-          this.grant(queue.pop()!, false, now);
-          granted = true;
-        }
+        if (!this.serveByPriority(now)) break;
+        granted = true;
+        // Serving higher classes may have emptied their queues: a starving waiter then takes a
+        // slot left free (a higher class's unused reservation) without spending a credit.
+        if (this.queuedTotal === 0 || now < this.starveCheckAt || !this.slots.hasFreeSlot()) break;
       }
     } finally {
       this.dispatching = false;
@@ -518,6 +561,45 @@ class PriorityScheduler implements Scheduler, PermitOwner {
       // skips a head already past its mark): arm the timer for the queues' new heads.
       if (granted && this.queuedTotal > 0) this.rearm(now);
     }
+  }
+
+  /** The oldest waiters past their class's mark, capacity still binding; true if any was admitted. */
+  private promoteStarving(now: number): boolean {
+    let granted = false;
+    for (;;) {
+      let best: Waiter | null = null;
+      let nextMark = Number.POSITIVE_INFINITY;
+      for (let r = 0; r < CLASS_COUNT; r++) {
+        const oldest = this.queues[r]!.oldest();
+        if (oldest === null) continue;
+        const mark = oldest.enqueuedAt + this.starvationMs[r]!;
+        if (mark < nextMark) nextMark = mark;
+        if (now >= mark && (best === null || oldest.seq < best.seq) && this.mayPromote(r)) best = oldest;
+      }
+      this.starveCheckAt = nextMark;
+      if (best === null || !this.slots.hasFreeSlot()) return granted;
+      if (this.waitersAbove(best.rank)) this.spendPromotionCredit(best.rank);
+      this.queues[best.rank]!.serveOutOfOrder(best);
+      this.grant(best, true, now);
+      granted = true;
+    }
+  }
+
+  /**
+   * Strict priority with reservation-aware headroom; true if any waiter was admitted. headroom(c)
+   * never exceeds that of a higher class, so the first class with waiters and no headroom ends it.
+   */
+  private serveByPriority(now: number): boolean {
+    let granted = false;
+    for (let r = CLASS_COUNT - 1; r >= 0 && this.queuedTotal > 0; r--) {
+      const queue = this.queues[r]!;
+      while (queue.size > 0) {
+        if (this.slots.headroom(r) <= 0) return granted;
+        this.grant(queue.pop()!, false, now);
+        granted = true;
+      }
+    }
+    return granted;
   }
 
   // --- time --------------------------------------------------------------------------------
@@ -539,7 +621,29 @@ class PriorityScheduler implements Scheduler, PermitOwner {
       }
     }
     this.dispatch();
+    this.preemptOverdue(now);
     this.rearm(now);
+  }
+
+  /**
+   * Waiters of the highest waiting class that reached their preempt_after_secs with no slot freed
+   * (dispatch has just run) take a victim's slot, oldest first, while victims last. Only that
+   * class is next in line; a lower class's waiters queue behind it.
+   */
+  private preemptOverdue(now: number): void {
+    for (let r = CLASS_COUNT - 1; r >= 0; r--) {
+      const queue = this.queues[r]!;
+      if (queue.size === 0) continue;
+      const after = this.preemptAfterMs[r]!;
+      for (let w = queue.oldest(); w !== null && w.enqueuedAt + after <= now; w = queue.oldest()) {
+        if (this.slots.headroom(r) > 0) return;
+        const victim = this.preemptible.victimBelow(r, this.preemptionCost);
+        if (victim === null) return;
+        queue.serveOutOfOrder(w);
+        this.grant(w, false, now, victim);
+      }
+      return;
+    }
   }
 
   /** Arms the timer at the earliest deadline still ahead: a head's timeout or starvation mark. */
@@ -552,6 +656,8 @@ class PriorityScheduler implements Scheduler, PermitOwner {
       if (timeoutAt < next) next = timeoutAt;
       const starveAt = oldest.enqueuedAt + this.starvationMs[r]!;
       if (starveAt > now && starveAt < next) next = starveAt;
+      const preemptAt = oldest.enqueuedAt + this.preemptAfterMs[r]!;
+      if (preemptAt > now && preemptAt < next) next = preemptAt;
     }
     if (next !== Number.POSITIVE_INFINITY) this.timer.arm(next);
   }
@@ -559,6 +665,7 @@ class PriorityScheduler implements Scheduler, PermitOwner {
   // --- reporting ---------------------------------------------------------------------------
 
   private count(rank: number, outcome: AdmissionOutcome, tenant: string): void {
+    if (outcome === "admitted") this.admissions++;
     this.admissionCounts[rank]![OUTCOME_INDEX[outcome]]!++;
     this.observer.admission?.(classOfRank(rank), outcome, tenant);
   }

@@ -217,11 +217,26 @@ export class PreemptibleSet {
     this.counts[rank]!--;
   }
 
-  /** The victim for an arrival of class `rank`: lowest class below it first, then newest. */
-  victimBelow(rank: number): SchedulerPermit | null {
+  /**
+   * The victim for a request of class `rank`: the lowest class below it first, then the least work
+   * thrown away: by `cost` where the shell knows it (ties: the newer), else the newest (the least
+   * time spent, the only measure of progress before a first byte).
+   */
+  victimBelow(rank: number, cost?: (permit: SchedulerPermit) => number): SchedulerPermit | null {
     for (let r = 0; r < rank && r < CLASS_COUNT; r++) {
       const tail = this.tails[r];
-      if (tail) return tail;
+      if (!tail) continue;
+      if (cost === undefined) return tail;
+      let best = tail;
+      let least = cost(tail);
+      for (let p = tail.prev; p !== null && least > 0; p = p.prev) {
+        const c = cost(p);
+        if (c < least) {
+          best = p;
+          least = c;
+        }
+      }
+      return best;
     }
     return null;
   }

@@ -177,6 +177,14 @@ export class Lease implements ExchangeOwner, CancelSignal {
 
   private readonly onPreempted = (error: Error): void => {
     this.preempted = true;
+    // A worker already had it: its prompt's prefill (or some of it) is thrown away. The gateway sees
+    // no progress before the first byte, so the prompt is counted whole: an upper bound.
+    if (this.attempts > 0 && this.slot !== undefined) {
+      this.ctx.metrics.preemptedPrefillTokens.inc(
+        { class: this.slot.effectiveClass },
+        this.estimate?.promptTokens ?? 0,
+      );
+    }
     this.fireAbort();
     this.exchange?.abort(error);
   };

@@ -60,6 +60,7 @@ export const SCHEDULER_METRIC_NAMES = {
 export const GATEWAY_METRIC_NAMES = {
   httpRequests: "sluice_http_requests_total",
   upstreamErrors: "sluice_upstream_errors_total",
+  preemptedPrefillTokens: "sluice_preempted_prefill_tokens_total",
   capacity: "sluice_capacity",
   admissionMode: "sluice_admission_mode",
   workersHealthy: "sluice_workers_healthy",
@@ -103,6 +104,11 @@ export interface SluiceMetrics {
   countHttpStatus(status: number): void;
   /** `sluice_upstream_errors_total{kind}`, kind one of UPSTREAM_ERROR_KINDS. */
   readonly upstreamErrors: Counter<"kind">;
+  /**
+   * `sluice_preempted_prefill_tokens_total{class}`: the prompt tokens of requests preempted after
+   * they reached a worker, by the victim's class (what the worker's prefill may have computed).
+   */
+  readonly preemptedPrefillTokens: Counter<"class">;
   /** Counts settled tokens (`direction` input|output) under the tenant's top-N label. */
   countTenantTokens(tenant: string, input: number, output: number): void;
   /** Counts a budget rejection (`reason` = its error code) under the tenant's top-N label. */
@@ -272,6 +278,13 @@ export function createMetrics(options: MetricsOptions = {}): SluiceMetrics {
     registers,
   });
   for (const kind of UPSTREAM_ERROR_KINDS) upstreamErrors.inc({ kind }, 0);
+  const preemptedPrefillTokens = new Counter({
+    name: GATEWAY_METRIC_NAMES.preemptedPrefillTokens,
+    help: "Prompt tokens of requests preempted after they reached a worker (prefill the worker may have computed and threw away), by the preempted request's class.",
+    labelNames: ["class"] as const,
+    registers,
+  });
+  for (const cls of PRIORITY_CLASSES) preemptedPrefillTokens.inc({ class: cls }, 0);
   new Gauge({
     name: GATEWAY_METRIC_NAMES.capacity,
     help: "Live backend capacity (concurrent requests) used for admission.",
@@ -388,6 +401,7 @@ export function createMetrics(options: MetricsOptions = {}): SluiceMetrics {
       child.inc();
     },
     upstreamErrors,
+    preemptedPrefillTokens,
     countTenantTokens(tenant, input, output) {
       const label = tenants.label(tenant);
       let children = tokenChildren.get(label);

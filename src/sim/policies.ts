@@ -44,13 +44,17 @@ export interface AdmissionPolicy {
   readonly scheduler?: Scheduler | undefined;
 }
 
-/** `pool`: the model pool the policy admits for (undefined: the whole fleet). */
+/**
+ * `pool`: the model pool the policy admits for (undefined: the whole fleet). `preemptionCost`: the
+ * prefill a preemption of this ticket would throw away (sluice picks the victim that loses least).
+ */
 export function createPolicy(
   name: PolicyName,
   scenario: Scenario,
   capacity: number,
   clock: Clock,
   pool?: string | undefined,
+  preemptionCost?: (ticket: SimTicket) => number,
 ): AdmissionPolicy {
   if (name === "fifo") {
     const limiter = createLegacyLimiter({
@@ -100,6 +104,7 @@ export function createPolicy(
       tenantPolicies: scenario.tenantPolicies,
       defaultMaxClass: scenario.defaultMaxClass,
       clock,
+      preemptionCost,
       observer: {
         admission(_cls, outcome) {
           if (outcome !== "preempted") settled++;

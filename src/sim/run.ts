@@ -466,6 +466,12 @@ export async function runPolicy(
   let live = 0; // requests queued or admitted
   let done = 0;
   const liveSet = new Set<SimRequest>();
+  // The work a preemption throws away: counted per class, and what sluice's victim choice minimises.
+  const requestOfTicket = new WeakMap<SimTicket, SimRequest>();
+  const prefillOfTicket = (ticket: SimTicket): number => {
+    const job = requestOfTicket.get(ticket)?.job;
+    return job?.worker ? job.worker.computedPrefill(job) : 0;
+  };
 
   // --- workers and capacity ---
   const listener: WorkerListener = {
@@ -573,7 +579,7 @@ export async function runPolicy(
     const start = capacityOf(parts);
     const gate: Gate = {
       ...parts,
-      policy: createPolicy(policyName, scenario, start, clock, poolName),
+      policy: createPolicy(policyName, scenario, start, clock, poolName, prefillOfTicket),
       liveCapacity: start,
       reservedAt: undefined,
     };
@@ -784,6 +790,7 @@ export async function runPolicy(
     const b = Math.floor(now / bucketMs);
     while (cs.waitMaxMs.length <= b) cs.waitMaxMs.push(0);
     if (wait > cs.waitMaxMs[b]!) cs.waitMaxMs[b] = wait;
+    requestOfTicket.set(ticket, req);
     ticket.onPreempt(() => onPreempted(req));
     if (req.state !== ADMITTED) return; // preempted before this reaction ran
     const worker = req.pool!.pool.route(req.tenant.spec.model);

@@ -65,7 +65,7 @@ function yamlError(text: string): string {
 }
 
 describe("built-in defaults", () => {
-  test("match the contract's table exactly", () => {
+  test("match the contract's table exactly (plus sluice's preempt_after_secs and starvation_max_share)", () => {
     assert.deepEqual(JSON.parse(JSON.stringify(BUILTIN_CLASS_DEFAULTS)), {
       system: {
         reserved_floor: 32,
@@ -74,6 +74,8 @@ describe("built-in defaults", () => {
         queue_timeout_secs: 30,
         starvation_threshold_secs: 5,
         can_preempt: true,
+        preempt_after_secs: 0.25,
+        starvation_max_share: 0.1,
       },
       interactive: {
         reserved_floor: 128,
@@ -82,6 +84,8 @@ describe("built-in defaults", () => {
         queue_timeout_secs: 30,
         starvation_threshold_secs: 5,
         can_preempt: true,
+        preempt_after_secs: 0.25,
+        starvation_max_share: 0.1,
       },
       default: {
         reserved_floor: 0,
@@ -90,6 +94,8 @@ describe("built-in defaults", () => {
         queue_timeout_secs: 60,
         starvation_threshold_secs: 30,
         can_preempt: false,
+        preempt_after_secs: 0.25,
+        starvation_max_share: 0.1,
       },
       bulk: {
         reserved_floor: 0,
@@ -98,6 +104,8 @@ describe("built-in defaults", () => {
         queue_timeout_secs: 300,
         starvation_threshold_secs: 120,
         can_preempt: false,
+        preempt_after_secs: 0.25,
+        starvation_max_share: 0.1,
       },
     });
   });
@@ -122,6 +130,8 @@ describe("YAML parsing", () => {
       queue_timeout_secs: 30,
       starvation_threshold_secs: 5,
       can_preempt: true,
+      preempt_after_secs: 0.25,
+      starvation_max_share: 0.1,
     });
     assert.deepEqual(parsed.classes.bulk, {
       reserved_floor: 0,
@@ -130,6 +140,8 @@ describe("YAML parsing", () => {
       queue_timeout_secs: 300,
       starvation_threshold_secs: 120,
       can_preempt: false,
+      preempt_after_secs: 0.25,
+      starvation_max_share: 0.1,
     });
     // Omitted classes keep their built-in defaults.
     assert.deepEqual(parsed.classes.system, BUILTIN_CLASS_DEFAULTS.system);
@@ -152,6 +164,8 @@ describe("YAML parsing", () => {
       queue_timeout_secs: 60,
       starvation_threshold_secs: 30,
       can_preempt: false,
+      preempt_after_secs: 0.25,
+      starvation_max_share: 0.1,
     });
   });
 

@@ -1,5 +1,6 @@
 import assert from "node:assert/strict";
 import { describe, test } from "node:test";
+import type { ClassOverrides } from "../../src/core/config.js";
 import type { SchedulerPermit } from "../../src/core/inflight.js";
 import {
   ClientCancelledError,
@@ -16,6 +17,7 @@ import {
   flush,
   noReservations,
   permitOf,
+  preemptAtOnce,
   type TestScheduler,
   type Tracked,
   track,
@@ -45,8 +47,8 @@ function setup(options: Partial<SchedulerOptions> & { capacity: number }): Harne
     clock,
     observer,
     defaultMaxClass: "system",
-    classes: noReservations(),
     ...options,
+    classes: preemptAtOnce((options.classes as ClassOverrides | undefined) ?? noReservations()),
   });
   return { s, clock, events };
 }
@@ -575,6 +577,74 @@ describe("starvation promotion", () => {
     assert.deepEqual(t.order, ["d", "b", "i"]);
     assert.deepEqual(s.counters().starvationPromotions, { system: 0, interactive: 1, default: 1, bulk: 1 });
   });
+
+  /**
+   * Capacity 1, interactive and bulk both always backlogged, every bulk waiter long past its mark:
+   * runs `admissions` hand-overs of the one slot and counts the classes admitted.
+   */
+  async function contend(share: number | undefined, admissions: number, withInteractive = true) {
+    const { s, clock } = setup({
+      capacity: 1,
+      classes: noReservations({
+        bulk: {
+          starvation_threshold_secs: 1,
+          queue_timeout_secs: 1e6,
+          ...(share === undefined ? {} : { starvation_max_share: share }),
+        },
+        interactive: { queue_timeout_secs: 1e6 },
+      }),
+    });
+    let holder = await s.acquire({ priority: "system" });
+    const waiting: { cls: string; t: Tracked<SchedulerPermit> }[] = [];
+    const refill = () => {
+      while (waiting.filter((w) => w.cls === "bulk").length < 3)
+        waiting.push({ cls: "bulk", t: track(s.acquire({ priority: "bulk", tenant: "b" })) });
+      while (withInteractive && waiting.filter((w) => w.cls === "interactive").length < 3)
+        waiting.push({ cls: "interactive", t: track(s.acquire({ priority: "interactive", tenant: "i" })) });
+    };
+    refill();
+    clock.advance(5000); // every bulk waiter is past its starvation mark from now on
+    const admitted = { interactive: 0, bulk: 0 };
+    for (let n = 0; n < admissions; n++) {
+      holder.release();
+      await flush();
+      const i = waiting.findIndex((w) => w.t.state === "resolved");
+      assert.ok(i >= 0, "the freed slot went to a waiter");
+      const [w] = waiting.splice(i, 1);
+      admitted[w!.cls as "interactive" | "bulk"]++;
+      holder = permitOf(w!.t);
+      refill();
+      clock.advance(1000); // every waiter refilled now is past its mark by the next hand-over
+    }
+    return { admitted, promotions: s.counters().starvationPromotions.bulk };
+  }
+
+  test("promoted waiters take at most starvation_max_share of admissions while a higher class waits", async () => {
+    // The built-in share is a tenth: 1000 hand-overs give bulk 100 (its first on the initial credit).
+    const d = await contend(undefined, 1000);
+    assert.equal(d.admitted.bulk, 100);
+    assert.equal(d.promotions, 100);
+    assert.equal(d.admitted.interactive, 900);
+    // A quarter: bulk's share follows the key, never more, and it is also bulk's minimum.
+    const q = await contend(0.25, 1000);
+    assert.equal(q.admitted.bulk, 250);
+    // 0: no promotion over a waiting higher class at all (strict priority while interactive waits).
+    const z = await contend(0, 200);
+    assert.equal(z.admitted.bulk, 0);
+  });
+
+  test("with no higher class waiting, promotion is not rationed", async () => {
+    const r = await contend(0, 50, false);
+    assert.equal(r.admitted.bulk, 50);
+    assert.equal(r.promotions, 50);
+  });
+
+  test("starvation_max_share must be a number from 0 to 1", () => {
+    assert.throws(
+      () => createTestScheduler({ capacity: 1, classes: { bulk: { starvation_max_share: 1.5 } } }),
+      /classes\.bulk\.starvation_max_share: must be a number from 0 to 1/,
+    );
+  });
 });
 
 describe("preemption", () => {
@@ -727,6 +797,81 @@ describe("preemption", () => {
     assert.deepEqual(inflightByClass(s), [1, 0, 0, 0]);
     sys.release();
     assert.equal(s.inflight, 0);
+  });
+
+  describe("at the wait target (preempt_after_secs)", () => {
+    const waitTarget = (extra: Partial<SchedulerOptions> = {}) =>
+      setup({
+        capacity: 1,
+        classes: noReservations({ system: { preempt_after_secs: 0.5 } }),
+        ...extra,
+      });
+
+    test("a waiter preempts only once it has waited its target with no slot freed", async () => {
+      const { s, clock } = waitTarget();
+      const bulk = await s.acquire({ priority: "bulk", tenant: "b" });
+      const sys = track(s.acquire({ priority: "system", tenant: "s" }));
+      clock.advance(499);
+      await flush();
+      assert.equal(sys.state, "pending");
+      assert.equal(bulk.preempted, false);
+      clock.advance(1);
+      await flush();
+      const p = permitOf(sys);
+      assert.equal(bulk.preempted, true);
+      assert.equal(p.admission, "queued");
+      assert.equal(p.queueWaitMs, 500);
+      assert.deepEqual(inflightByClass(s), [1, 0, 0, 0]);
+      assert.equal(s.counters().admissions.bulk.preempted, 1);
+    });
+
+    test("a slot freed before the target saves the victim's work", async () => {
+      const { s, clock } = waitTarget();
+      const bulk = await s.acquire({ priority: "bulk", tenant: "b" });
+      const sys = track(s.acquire({ priority: "system", tenant: "s" }));
+      clock.advance(300);
+      bulk.release();
+      await flush();
+      assert.equal(permitOf(sys).queueWaitMs, 300);
+      clock.advance(1000);
+      await flush();
+      assert.equal(bulk.preempted, false);
+      assert.equal(s.counters().admissions.bulk.preempted, 0);
+    });
+
+    test("a class that may not queue (queue_size 0) preempts at once", async () => {
+      const { s } = setup({
+        capacity: 1,
+        classes: noReservations({ system: { preempt_after_secs: 0.5, queue_size: 0 } }),
+      });
+      const bulk = await s.acquire({ priority: "bulk" });
+      const sys = await s.acquire({ priority: "system" });
+      assert.equal(bulk.preempted, true);
+      assert.equal(sys.admission, "fast");
+    });
+
+    test("the victim is the one that throws away the least work, where the shell reports it", async () => {
+      const progress = new Map<string, number>([
+        ["old-long", 900],
+        ["mid-short", 40],
+        ["new-queued-in-engine", 120],
+      ]);
+      const { s, clock } = setup({
+        capacity: 3,
+        classes: noReservations({ system: { preempt_after_secs: 0.5 } }),
+        preemptionCost: (p) => progress.get(p.tenant) ?? 0,
+      });
+      const permits = [];
+      for (const tenant of progress.keys()) permits.push(await s.acquire({ priority: "bulk", tenant }));
+      const sys = track(s.acquire({ priority: "system" }));
+      clock.advance(500);
+      await flush();
+      assert.equal(permitOf(sys).class, "system");
+      assert.deepEqual(
+        permits.map((p) => p.preempted),
+        [false, true, false],
+      );
+    });
   });
 });
 

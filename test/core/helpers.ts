@@ -1,7 +1,7 @@
 /** Shared helpers for the core tests: deterministic flushing, promise tracking, config shortcuts. */
 
 import { ManualClock } from "../../src/core/clock.js";
-import type { ClassOverrides, ClassSettings } from "../../src/core/config.js";
+import { BUILTIN_CLASS_DEFAULTS, type ClassOverrides, type ClassSettings } from "../../src/core/config.js";
 import {
   type AcquireOptions,
   createScheduler,
@@ -69,12 +69,27 @@ export function errorOf(t: Tracked<unknown>): AdmissionError {
 export function noReservations(
   extra: Partial<Record<PriorityClass, Partial<ClassSettings>>> = {},
 ): ClassOverrides {
+  // Preemption at once on arrival, too: the contract's mechanics, which these tests exercise.
   return {
-    system: { reserved_floor: 0, ...extra.system },
-    interactive: { reserved_floor: 0, ...extra.interactive },
-    default: { reserved_floor: 0, ...extra.default },
-    bulk: { reserved_floor: 0, ...extra.bulk },
+    system: { reserved_floor: 0, preempt_after_secs: 0, ...extra.system },
+    interactive: { reserved_floor: 0, preempt_after_secs: 0, ...extra.interactive },
+    default: { reserved_floor: 0, preempt_after_secs: 0, ...extra.default },
+    bulk: { reserved_floor: 0, preempt_after_secs: 0, ...extra.bulk },
   };
+}
+
+/**
+ * The class settings with preemption at once on arrival (preempt_after_secs 0) for every class that
+ * does not set it: the contract's reference behaviour, which the mechanics tests exercise. Absent
+ * blocks are filled from the built-in defaults (a partial block would zero reserved_per_slot).
+ */
+export function preemptAtOnce(classes: ClassOverrides | undefined): ClassOverrides {
+  const out: Record<string, Partial<ClassSettings>> = {};
+  for (const cls of ["system", "interactive", "default", "bulk"] as const) {
+    const block = classes?.[cls] ?? { ...BUILTIN_CLASS_DEFAULTS[cls] };
+    out[cls] = { preempt_after_secs: 0, ...block };
+  }
+  return out;
 }
 
 /** A manual clock that refuses to fire more than 100 timers in one run (the fractional-deadline hang). */

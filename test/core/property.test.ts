@@ -37,6 +37,7 @@ interface ClassGen {
   queue_timeout_secs: number;
   starvation_threshold_secs: number;
   can_preempt: boolean;
+  preempt_after_secs: number;
   reserved_floor: number;
 }
 
@@ -54,6 +55,8 @@ const classGen = (floorMax: number): fc.Arbitrary<ClassGen> =>
     queue_timeout_secs: fc.integer({ min: 1, max: 6 }),
     starvation_threshold_secs: fc.integer({ min: 1, max: 4 }),
     can_preempt: fc.boolean(),
+    // At once on arrival (the contract's mechanics), or after a wait target the clock reaches.
+    preempt_after_secs: fc.constantFrom(0, 0, 0.5),
     reserved_floor: fc.integer({ min: 0, max: floorMax }),
   });
 
@@ -207,7 +210,10 @@ async function runScenario(classes: Record<PriorityClass, ClassGen>, startCapaci
           now - oldest < classes[cls].queue_timeout_secs * 1000,
           `${step}: ${cls} waiter past its timeout`,
         );
-        if (now - oldest >= classes[cls].starvation_threshold_secs * 1000) {
+        // A starving waiter may see a free slot only while a higher class waits (its promotion
+        // credit spent: starvation_max_share).
+        const higherWaits = PRIORITY_CLASSES.some((c, r) => r > rank && snap.classes[c].queued > 0);
+        if (now - oldest >= classes[cls].starvation_threshold_secs * 1000 && !higherWaits) {
           assert.ok(snap.inflight >= snap.capacity, `${step}: ${cls} waiter starving with a free slot`);
         }
       }
@@ -222,6 +228,7 @@ async function runScenario(classes: Record<PriorityClass, ClassGen>, startCapaci
   for (const [i, op] of ops.entries()) {
     const step = `step ${i} ${JSON.stringify(op)}`;
     const preemptedBefore = reqs.filter((r) => r.tracked.value?.preempted).length;
+    const pendingBefore = reqs.filter((r) => r.tracked.state === "pending");
     let arrival: Req | undefined;
     let candidates: Req[] = [];
     switch (op.kind) {
@@ -303,8 +310,31 @@ async function runScenario(classes: Record<PriorityClass, ClassGen>, startCapaci
       nowPreempted.length,
       step,
     );
-    if (nowPreempted.length > 0) {
-      assert.equal(op.kind, "acquire", `${step}: preemption outside an arrival`);
+    const atOnce = (rank: number) => {
+      const c = classes[PRIORITY_CLASSES[rank]!];
+      return c.preempt_after_secs === 0 || c.queue_size === 0;
+    };
+    if (nowPreempted.length > 0 && op.kind === "advance") {
+      // Waiters that reached their class's wait target took victims' slots: each victim had no
+      // first byte (the observer checked the classes), each preemptor waited its target.
+      for (const victim of nowPreempted) {
+        victim.preemptSeen = true;
+        assert.equal(victim.firstByte, false, `${step}: victim past its first byte`);
+        assert.equal(victim.tracked.value!.markFirstByte(), false);
+      }
+      // Every victim's slot went to a waiter admitted in this step that reached its target.
+      const overdue = pendingBefore.filter((r) => {
+        if (r.tracked.state !== "resolved") return false;
+        const c = classes[PRIORITY_CLASSES[r.rank]!];
+        return c.can_preempt && r.tracked.value!.queueWaitMs >= c.preempt_after_secs * 1000;
+      });
+      assert.ok(overdue.length >= nowPreempted.length, `${step}: a preemption for no overdue waiter`);
+    } else if (nowPreempted.length > 0) {
+      assert.equal(op.kind, "acquire", `${step}: preemption outside an arrival or a wait target`);
+      assert.ok(
+        arrival !== undefined && atOnce(arrival.rank),
+        `${step}: an arrival preempted before its wait target`,
+      );
       assert.equal(nowPreempted.length, 1, `${step}: more than one victim`);
       const victim = nowPreempted[0]!;
       victim.preemptSeen = true;
@@ -447,6 +477,7 @@ describe("scheduler model (fast-check)", () => {
         queue_timeout_secs: fc.integer({ min: 4, max: 6 }),
         starvation_threshold_secs: fc.integer({ min: 1, max: 2 }),
         can_preempt: fc.constant(false),
+        preempt_after_secs: fc.constant(0),
         reserved_floor: floor,
       });
     await fc.assert(

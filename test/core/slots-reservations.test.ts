@@ -129,7 +129,8 @@ describe("reservations follow capacity", () => {
   });
 
   test("a dip below what is in flight evicts nobody; headroom goes negative and higher classes still fit", async () => {
-    const s = make(256);
+    const clock = new ManualClock();
+    const s = make(256, { clock });
     const bulk = acquireN(s, "bulk", 70);
     await flush();
     assert.deepEqual(states(bulk), { pending: 0, resolved: 70, rejected: 0 });
@@ -141,8 +142,15 @@ describe("reservations follow capacity", () => {
     assert.deepEqual(states(sys), { pending: 0, resolved: 10, rejected: 0 });
     assert.equal(s.snapshot().inflight, 80);
     assert.equal(s.snapshot().utilization, 1);
-    // Full now: the next system arrival takes a bulk request's slot (preemption), total unchanged.
+    // Full now: the next system arrival waits its preempt_after_secs (0.25 s by default) for a slot
+    // to free, then takes a bulk request's slot (preemption), total unchanged.
     const more = acquireN(s, "system", 1);
+    await flush();
+    assert.equal(more[0]!.state, "pending");
+    clock.advance(249);
+    await flush();
+    assert.equal(more[0]!.state, "pending");
+    clock.advance(1);
     await flush();
     assert.equal(more[0]!.state, "resolved");
     assert.equal(s.snapshot().inflight, 80);

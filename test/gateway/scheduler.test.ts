@@ -97,7 +97,10 @@ describe("gateway scheduler: preemption", () => {
       const started = performance.now();
       const interactive = await fleet.chat({}, { "x-smg-priority": "interactive" });
       assertOk(interactive);
-      assert.equal(interactive.headers["x-sluice-admission"], "fast");
+      // It waited its class's wait target (preempt_after_secs, 0.25 s by default) for a slot to
+      // free, then took the bulk request's.
+      assert.equal(interactive.headers["x-sluice-admission"], "queued");
+      assert.ok(Number(interactive.headers["x-sluice-queue-wait-ms"]) >= 250);
       assert.ok(performance.now() - started < 2000, "the interactive request did not wait for the bulk one");
 
       const victim = await bulk.result;
@@ -117,6 +120,9 @@ describe("gateway scheduler: preemption", () => {
       assert.equal(metric(s, "smg_scheduler_admit_total", { class: "bulk", outcome: "preempted" }), 1);
       assert.equal(metric(s, "smg_scheduler_admit_total", { class: "interactive", outcome: "admitted" }), 1);
       assert.equal(metric(s, "sluice_http_requests_total", { status: "503" }), 1);
+      // The bulk prompt had reached the worker: its prefill is counted as thrown away.
+      assert.ok((metric(s, "sluice_preempted_prefill_tokens_total", { class: "bulk" }) ?? 0) > 0);
+      assert.equal(metric(s, "sluice_preempted_prefill_tokens_total", { class: "default" }), 0);
     });
   }
 

@@ -188,6 +188,48 @@ describe("replicas over one Redis", () => {
     );
   });
 
+  test("across replicas a waiter preempts only at its wait target: a slot freed before it saves the victim", async (t) => {
+    const url = await redisOrSkip(t);
+    if (url === undefined) return;
+    const ws = await workers(t, [1]);
+    const prefix = statePrefix(t);
+    const yaml = await writeTempFile(
+      t,
+      "priority.yaml",
+      smallSchedulerYaml({
+        classes: { system: { preempt_after_secs: 1 }, interactive: { can_preempt: false } },
+      }),
+    );
+    const args = [
+      "--worker-urls",
+      ws[0]!.url,
+      "--priority-scheduler-enabled",
+      "--priority-scheduler-default-max-class",
+      "system",
+      "--priority-scheduler-config",
+      yaml,
+      ...stateArgs(url, prefix),
+    ];
+    const [a, b] = await startReplicas(t, 2, args);
+    const redis = redisClient(t, url);
+    // A's bulk request answers after 300 ms, inside B's system request's 1 s target: no preemption.
+    const quick = chat(a!, { "x-smg-priority": "bulk", "x-mock-ttft-ms": "300" });
+    await waitFor(async () => (await leasesInRedis(redis, prefix)) === 1, "A's bulk request holds the slot");
+    const system = ok(await chat(b!, { "x-smg-priority": "system" }));
+    assert.equal(system.headers["x-sluice-admission"], "queued");
+    ok(await quick);
+    // A bulk request that would hold the slot for 30 s is preempted, once the target has passed.
+    const slow = chat(a!, { "x-smg-priority": "bulk", "x-mock-ttft-ms": "30000" });
+    await waitFor(
+      async () => (await leasesInRedis(redis, prefix)) === 1,
+      "A's second bulk request holds the slot",
+    );
+    const started = performance.now();
+    ok(await chat(b!, { "x-smg-priority": "system" }));
+    assert.ok(performance.now() - started >= 950, "preempted before the wait target");
+    assertError(await slow, 503, "scheduler_preempted");
+  });
+
   test("a capacity pinned through one replica's admin API applies to all; the status lists replicas and leases", async (t) => {
     const url = await redisOrSkip(t);
     if (url === undefined) return;

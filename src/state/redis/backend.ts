@@ -128,6 +128,8 @@ export class RedisAdmissionBackend implements AdmissionBackend, SlotOwner, Wakeu
   private readonly queueLimit: number[] = [];
   private readonly timeoutMs: number[] = [];
   private readonly starvationMs: number[] = [];
+  /** Per class: the wait target after which a queued waiter claims a victim (Infinity: never). */
+  private readonly preemptAfterMs: number[] = [];
   private readonly heartbeatMs: number;
   private weights = new Map<string, number>();
 
@@ -214,8 +216,17 @@ export class RedisAdmissionBackend implements AdmissionBackend, SlotOwner, Wakeu
     const perSlot: number[] = [];
     const starvation: number[] = [];
     const canPreempt: boolean[] = [];
+    const promotionShare: number[] = [];
+    const preemptAfter: number[] = [];
     for (let r = 0; r < CLASS_COUNT; r++) {
       const s = options.classes[classOfRank(r)];
+      promotionShare.push(s.starvation_max_share);
+      // As in the core: a class that may not queue preempts on arrival.
+      const atOnce = s.preempt_after_secs === 0 || s.queue_size === 0;
+      preemptAfter.push(s.can_preempt && !atOnce ? s.preempt_after_secs * 1000 : 0);
+      this.preemptAfterMs.push(
+        s.can_preempt && !atOnce ? s.preempt_after_secs * 1000 : Number.POSITIVE_INFINITY,
+      );
       floors.push(s.reserved_floor);
       perSlot.push(s.reserved_per_slot);
       starvation.push(s.starvation_threshold_secs * 1000);
@@ -238,6 +249,8 @@ export class RedisAdmissionBackend implements AdmissionBackend, SlotOwner, Wakeu
       canPreempt,
       poolTag,
       options.fleet.keys.channelPrefix,
+      promotionShare,
+      preemptAfter,
     ]);
     this.poolKey = [this.keys.st];
     options.fleet.wakeups.register(poolTag, this);
@@ -499,9 +512,9 @@ export class RedisAdmissionBackend implements AdmissionBackend, SlotOwner, Wakeu
       () => this.gone(waiter, new QueueTimeoutError(cls, timeoutMs / 1000), "rejected_queue_timeout"),
       timeoutMs - elapsed,
     );
-    // The starvation mark needs a dispatch pass even if no slot is freed meanwhile.
-    const starveIn = this.starvationMs[waiter.rank]! - elapsed;
-    if (starveIn < timeoutMs - elapsed) this.pumpAt(starveIn + 5);
+    // The starvation mark and the wait target need a dispatch pass even if no slot is freed meanwhile.
+    const markIn = Math.min(this.starvationMs[waiter.rank]!, this.preemptAfterMs[waiter.rank]!) - elapsed;
+    if (markIn < timeoutMs - elapsed) this.pumpAt(markIn + 5);
     const signal = waiter.signal;
     if (signal !== undefined) {
       if (signal.aborted) {
@@ -556,7 +569,7 @@ export class RedisAdmissionBackend implements AdmissionBackend, SlotOwner, Wakeu
   }
 
   /**
-   * One timer at the earliest starvation mark of this replica's waiters: the dispatcher must run
+   * One timer at the earliest starvation mark or wait target of this replica's waiters: the dispatcher must run
    * then even if no slot is freed meanwhile. When it fires it runs a heartbeat (which dispatches)
    * and re-arms for the next mark.
    */
@@ -573,8 +586,10 @@ export class RedisAdmissionBackend implements AdmissionBackend, SlotOwner, Wakeu
       let next = Number.POSITIVE_INFINITY;
       for (const w of this.waiters.values()) {
         if (!w.queued) continue;
-        const mark = w.enqueuedAt + this.starvationMs[w.rank]! - now;
-        if (mark > 0 && mark < next) next = mark;
+        for (const after of [this.starvationMs[w.rank]!, this.preemptAfterMs[w.rank]!]) {
+          const mark = w.enqueuedAt + after - now;
+          if (mark > 0 && mark < next) next = mark;
+        }
       }
       if (next !== Number.POSITIVE_INFINITY) this.pumpAt(next + 5);
     }, at - performance.now());

@@ -52,7 +52,38 @@ local function claimVictim(id, t)
 end
 `;
 
-const PREAMBLE = `${POOL_STATE_LUA}\n${BUDGET_LUA}\n${TICKETS_LUA}`;
+/**
+ * Queued waiters of the highest waiting class that reached their wait target (preempt_after_secs)
+ * with no slot freed claim victims, oldest first, while victims last (engine.ts: preemptOverdue).
+ * A claimant leaves its queue (its fair tag comes back: the slot's passing charges it again).
+ */
+const OVERDUE_LUA = `
+local function preemptOverdue()
+  for r = 3, 0, -1 do
+    if QN[r] > 0 then
+      if not CANP[r + 1] or PAFTER[r + 1] <= 0 then return end
+      while QN[r] > 0 and headroom(r) <= 0 do
+        local oldest = redis.call('ZRANGE', QA[r], 0, 0, 'WITHSCORES')
+        if not oldest[1] or NOW - tonumber(oldest[2]) < PAFTER[r + 1] then return end
+        local victims = false
+        for v = 0, r - 1 do
+          if redis.call('ZCARD', PRE[v]) > 0 then victims = true break end
+        end
+        if not victims then return end
+        local id = oldest[1]
+        local t = ticketOf(id)
+        forgetTicket(id, t)
+        local last = lastTag(t.rank, t.tenant)
+        if math.abs(last - t.tag) <= 1e-9 * math.max(1, math.abs(t.tag)) then moveTag(t.rank, t.tenant, -t.units) end
+        claimVictim(id, t)
+      end
+      return
+    end
+  end
+end
+`;
+
+const PREAMBLE = `${POOL_STATE_LUA}\n${BUDGET_LUA}\n${TICKETS_LUA}\n${OVERDUE_LUA}`;
 
 function withSnapshot(head: string): string {
   return `local out = ${head}\nfor _, v in ipairs(snapshot()) do out[#out + 1] = v end\nreturn out`;
@@ -97,7 +128,7 @@ if not ahead and headroom(rank) > 0 then
   save()
   ${withSnapshot("{'fast', held, ''}")}
 end
-if not ahead and CANP[rank + 1] and claimVictim(id, t) then
+if not ahead and CANP[rank + 1] and PAFTER[rank + 1] <= 0 and claimVictim(id, t) then
   save()
   ${withSnapshot("{'claim', held, ''}")}
 end
@@ -108,6 +139,7 @@ if not room then
 end
 enqueue(id, t)
 dispatch()
+preemptOverdue()
 save()
 local status = redis.call('ZSCORE', LEASES, id) and 'granted' or 'queued'
 ${withSnapshot("{status, held, ''}")}

@@ -51,6 +51,7 @@ reapLeases()
 reapReplicas()
 agreeCapacity()
 dispatch()
+preemptOverdue()
 save()
 
 -- Bounded idle state: fair tags at or below their class's floor carry nothing.

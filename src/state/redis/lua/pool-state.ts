@@ -25,7 +25,10 @@
  *   KEYS 2 bud, 3 breq: the tenant's budget and the request's hold (admit, release and cancel only)
  * ARGV 1 the pool's settings, one JSON array built once per backend: lease ms, replica TTL ms,
  *   then per class (rank 0..3) the floors, the per-slot fractions, the starvation thresholds in ms
- *   and whether it may preempt (four arrays), the pool's name (URI-encoded), the channel prefix.
+ *   and whether it may preempt (four arrays), the pool's name (URI-encoded), the channel prefix,
+ *   then per class the starvation_max_share and the wait target in ms after which a queued waiter
+ *   of a can_preempt class claims a victim (0: it preempts on arrival only). st also keeps each class's promotion credit
+ *   (pc0..pc3) as of the admission seq pa0..pa3 (engine.ts: bounded starvation promotion).
  *   A script's own arguments start at 2.
  */
 
@@ -44,6 +47,7 @@ local LEASE_MS, REPLICA_TTL = SET[1], SET[2]
 -- Per class, indexed by rank + 1 (Lua arrays start at 1).
 local FLOOR, PER, STARVE, CANP = SET[3], SET[4], SET[5], SET[6]
 local POOL, CHAN = SET[7], SET[8]
+local SHARE, PAFTER = SET[9], SET[10]
 local A = 1
 local PIN_CHANGED = false
 
@@ -171,31 +175,70 @@ local function grant(id, t, how)
   publish(t.replica, 'g|' .. POOL .. '|' .. id .. '|' .. how)
 end
 
--- Admits whatever the rules allow now: starvation pass, then strict priority with headroom.
-local function dispatch()
-  if not cap or QN[0] + QN[1] + QN[2] + QN[3] == 0 then return end
+local function waitersAbove(r)
+  for h = r + 1, 3 do if QN[h] > 0 then return true end end
+  return false
+end
+
+-- A class's promotion credit now: it grows by its share per admission (seq), up to one promotion;
+-- a class with a share starts with one in hand.
+local function promotionCredit(r)
+  local c = redis.call('HMGET', ST, 'pc' .. r, 'pa' .. r)
+  local credit = tonumber(c[1])
+  if not credit then credit = SHARE[r + 1] > 0 and 1 or 0 end
+  credit = credit + SHARE[r + 1] * (seq - (tonumber(c[2]) or 0))
+  if credit > 1 then return 1 end
+  return credit
+end
+
+-- The starvation pass: the oldest waiters past their class's mark, capacity binding. One that
+-- passes a waiting higher class spends a whole credit (at most starvation_max_share of admissions).
+local function promoteStarving()
   while total < cap do
-    local best, bestAt = nil, nil
+    local best, bestAt, bestRank = nil, nil, nil
     for r = 0, 3 do
       local oldest = QN[r] > 0 and redis.call('ZRANGE', QA[r], 0, 0, 'WITHSCORES') or {}
       if oldest[1] then
         local at = tonumber(oldest[2])
-        if NOW - at >= STARVE[r + 1] and (not best or at < bestAt) then best, bestAt = oldest[1], at end
+        if NOW - at >= STARVE[r + 1] and (not best or at < bestAt)
+          and (not waitersAbove(r) or promotionCredit(r) >= 1) then
+          best, bestAt, bestRank = oldest[1], at, r
+        end
       end
     end
-    if not best then break end
+    if not best then return end
+    if waitersAbove(bestRank) then
+      redis.call('HSET', ST, 'pc' .. bestRank, promotionCredit(bestRank) - 1, 'pa' .. bestRank, seq)
+    end
     grant(best, ticketOf(best), 'promoted')
   end
+end
+
+-- Strict priority with reservation-aware headroom; true if any ticket was granted.
+local function serveByPriority()
+  local any = false
   for r = 3, 0, -1 do
     while QN[r] > 0 do
       local top = redis.call('ZRANGE', Q[r], 0, 0)
       if not top[1] then break end
-      if headroom(r) <= 0 then return end
+      if headroom(r) <= 0 then return any end
       local t = ticketOf(top[1])
       local start = t.tag - t.units
       if start > vfloor(r) then redis.call('HSET', VT[r], '~floor', start) end
       grant(top[1], t, 'queued')
+      any = true
     end
+  end
+  return any
+end
+
+-- Admits whatever the rules allow now: starvation pass, then strict priority with headroom; again
+-- while serving the higher classes left a free slot a starving waiter may now take uncredited.
+local function dispatch()
+  if not cap then return end
+  while QN[0] + QN[1] + QN[2] + QN[3] > 0 do
+    promoteStarving()
+    if not serveByPriority() or total >= cap then return end
   end
 end
 

@@ -1,0 +1,77 @@
+/**
+ * Bounded starvation promotion across replicas: the promotion credit lives in Redis beside the
+ * shared queues, so bulk waiters past their mark take at most `starvation_max_share` of the
+ * admissions while interactive waiters queue, whichever replica each request came through.
+ */
+import assert from "node:assert/strict";
+import { test } from "node:test";
+import { startMockWorker } from "../../src/mock-worker/index.js";
+import { type Reply, smallSchedulerYaml, waitFor, writeTempFile } from "../harness.js";
+import {
+  chat,
+  leasesInRedis,
+  queuedInRedis,
+  redisClient,
+  redisOrSkip,
+  startReplicas,
+  stateArgs,
+  statePrefix,
+} from "./services.js";
+
+test("promoted bulk waiters take at most starvation_max_share of admissions while interactive waits", async (t) => {
+  const url = await redisOrSkip(t);
+  if (url === undefined) return;
+  const worker = await startMockWorker({
+    maxRunningRequests: 1,
+    ttftMs: 5,
+    tokenDelayMs: 1,
+    batchSlowdown: 0,
+  });
+  t.after(() => worker.close());
+  const priority = await writeTempFile(
+    t,
+    "priority.yaml",
+    smallSchedulerYaml({
+      classes: {
+        // Every bulk waiter is past its mark almost at once; a quarter of the admissions at most.
+        bulk: { starvation_threshold_secs: 0.001, starvation_max_share: 0.25, queue_timeout_secs: 120 },
+        interactive: { queue_timeout_secs: 120, can_preempt: false },
+        system: { can_preempt: false },
+      },
+    }),
+  );
+  const prefix = statePrefix(t);
+  const replicas = await startReplicas(t, 2, [
+    "--worker-urls",
+    worker.url,
+    "--priority-scheduler-enabled",
+    "--priority-scheduler-default-max-class",
+    "system",
+    "--priority-scheduler-config",
+    priority,
+    ...stateArgs(url, prefix),
+  ]);
+  const redis = redisClient(t, url);
+  const held = chat(replicas[0]!, { "x-smg-priority": "system", "x-mock-ttft-ms": "1500" });
+  await waitFor(async () => (await leasesInRedis(redis, prefix)) === 1, "the one slot held");
+  const order: string[] = [];
+  const send = (cls: string, replica: number) =>
+    chat(replicas[replica]!, { "x-smg-priority": cls }).then((reply) => {
+      order.push(cls);
+      return reply;
+    });
+  // Bulk queues first (the oldest waiters): unbounded promotion would serve all of it first.
+  const requests: Array<Promise<Reply | Error>> = [];
+  for (let i = 0; i < 16; i++) requests.push(send("bulk", i % 2));
+  await waitFor(async () => (await queuedInRedis(redis, prefix)) === 16, "bulk queued");
+  for (let i = 0; i < 16; i++) requests.push(send("interactive", (i + 1) % 2));
+  await waitFor(async () => (await queuedInRedis(redis, prefix)) === 32, "both backlogs queued");
+  for (const r of await Promise.all([held, ...requests])) {
+    assert.ok(!(r instanceof Error) && r.status === 200, r instanceof Error ? r.message : r.text);
+  }
+  // While interactive waited (its 16 served), bulk got its starting credit plus a quarter of the
+  // admissions: at most 1 + 0.25 x 21 = 6 of the first 21, and it was never shut out.
+  const untilLastInteractive = order.lastIndexOf("interactive") + 1;
+  const bulkMeanwhile = order.slice(0, untilLastInteractive).filter((c) => c === "bulk").length;
+  assert.ok(bulkMeanwhile >= 2 && bulkMeanwhile <= 1 + 0.25 * untilLastInteractive, order.join(","));
+});
