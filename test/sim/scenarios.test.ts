@@ -2,8 +2,10 @@
  * The headline numbers of the shipped scenarios (scenarios/*.yaml), each run under fifo, strict
  * and sluice on the same arrivals:
  * - weighted token shares within 2% of the weights while every tenant is backlogged;
- * - interactive p99 queue wait under 100 ms through a 10x bulk flood, a slow worker, a worker
- *   failure and a diurnal peak, while bulk still gets the slots no higher class holds;
+ * - interactive p99 queue wait under 100 ms through a slow worker and a worker failure, and under
+ *   150 ms through a 10x bulk flood and a diurnal peak (there interactive waits up to its
+ *   preempt_after_secs for a slot to free before it preempts), while bulk still gets the slots no
+ *   higher class holds;
  * - the largest service gap between two backlogged tenants within 2x the VTC bound;
  * and fifo and strict each failing at least one of them: the evidence of why sluice exists.
  * A failure here names the scenario, the check and the numbers of every policy.
@@ -58,9 +60,11 @@ function limits(report: Report, metric: MetricName, max: number, during?: string
   assert.equal(e.max, max, `${report.scenario.name}: the ${metric} limit is the issue's headline number`);
 }
 
-test("bulk-flood: interactive p99 queue wait < 100 ms during a 10x bulk flood, bulk keeps its entitlement; fifo fails", async () => {
+test("bulk-flood: interactive p99 queue wait < 150 ms during a 10x bulk flood, no default request preempted, bulk keeps its entitlement; fifo fails", async () => {
   const r = await run("bulk-flood");
-  limits(r, "queue_wait_p99_ms", 100, "flood");
+  limits(r, "queue_wait_p99_ms", 150, "flood");
+  // The wait target spares the default class: at-once preemption threw away 191 of its requests.
+  assert.equal(r.policies.sluice!.classes.default!.rejected.scheduler_preempted ?? 0, 0);
   sluicePassesAll(r);
   assert.ok(check(r, "sluice", "entitlement_ratio", "flood").value! >= 0.9);
   assert.equal(
@@ -110,7 +114,9 @@ test("worker-failure: capacity follows the fleet down and up; interactive and th
 
 test("diurnal: a compressed day; interactive fast at the peak, bulk keeps its 1:2 split all day", async () => {
   const r = await run("diurnal");
-  limits(r, "queue_wait_p99_ms", 100);
+  limits(r, "queue_wait_p99_ms", 150);
+  // At-once preemption threw away 2,104 analytics requests here; the wait target spares them.
+  assert.ok((r.policies.sluice!.classes.default!.rejected.scheduler_preempted ?? 0) <= 10);
   limits(r, "weighted_share_error", 0.02);
   limits(r, "service_gap_vtc_ratio", 2);
   sluicePassesAll(r);
