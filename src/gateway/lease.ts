@@ -65,6 +65,7 @@ function outcomeOf(code: ErrorCode): OutcomeKind {
     case "request_header_timeout":
     case "request_body_timeout":
     case "upstream_timeout":
+    case "worker_room_timeout":
       return "timeout";
     case "upstream_unavailable":
     case "upstream_reset":

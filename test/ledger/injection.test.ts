@@ -22,8 +22,8 @@ const sluice = (...args: string[]): Promise<Run> => runCli(args);
 const quiet = pino({ level: "silent" });
 
 /** What must never reach a terminal raw: C0 but LF, DEL, C1, bidi controls, line/paragraph separators. */
-// biome-ignore lint/suspicious/noControlCharactersInRegex: control characters are what it finds
 const RAW_UNSAFE =
+  // biome-ignore lint/suspicious/noControlCharactersInRegex: control characters are what it finds
   /[\u0000-\u0009\u000b-\u001f\u007f-\u009f\u061c\u200e\u200f\u2028\u2029\u202a-\u202e\u2066-\u2069]/;
 
 const FORGED = "x\r\nauth:acme  interactive  99999";
