@@ -7,7 +7,7 @@
  * throughout. SLUICE_SOAK_SEED replays a seed.
  *
  * At the end: every stream arrived whole (its hash), the scanner never held more than its bound,
- * one WARN per stream past it, /health stayed fast, in-flight 0 at the gateway and the worker, and
+ * one WARN per stream past it, /health stayed fast (p99 under 500 ms), in-flight 0 at the gateway and the worker, and
  * the heap and Buffer memory after GC within 10% (or 16 MB) of the mark taken a fifth of the way in.
  */
 import assert from "node:assert/strict";
@@ -178,7 +178,10 @@ test(`soak: ${SECS} s of streams with and without event boundaries (seed ${SEED}
   assert.ok(streams >= CLIENTS, "the clients ran");
   assert.ok(usageScannerStats.peakHeldBytes <= MAX_PENDING_BYTES);
   assert.equal(warns, oversizedStreams, "one WARN per stream past the bound");
-  assert.ok(Math.max(...latencies) < 1000, `/health worst ${Math.max(...latencies).toFixed(0)} ms`);
+  // The soak shares its process with the load and the worker (and CI runs files in parallel): the
+  // p99 is the gateway's responsiveness, the worst only a guard (before the fix: p99 over a second).
+  assert.ok(quantile(latencies, 0.99) < 500, `/health p99 ${quantile(latencies, 0.99).toFixed(0)} ms`);
+  assert.ok(Math.max(...latencies) < 2000, `/health worst ${Math.max(...latencies).toFixed(0)} ms`);
   if (mark !== undefined) {
     assert.ok(
       end <= Math.max(mark * 1.1, mark + 16),
