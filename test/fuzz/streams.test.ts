@@ -9,7 +9,7 @@
  * unchanged; with stripping, each event either read (null usage cut, the usage chunk dropped) or
  * passed through unchanged. Per batch: /health never slow, the scanner never held more than its
  * bound, and after it no slot or worker request left. CI runs SLUICE_FUZZ_STREAM_RUNS batches
- * (default 12, at most ~20 s); SLUICE_FUZZ_SEED replays a seed.
+ * (default 40, at most ~20 s); SLUICE_FUZZ_SEED replays a seed.
  */
 import assert from "node:assert/strict";
 import { describe, test } from "node:test";
@@ -25,7 +25,7 @@ import {
   streamingWorker,
 } from "../security/streams.js";
 
-const RUNS = Number(process.env["SLUICE_FUZZ_STREAM_RUNS"] ?? 12);
+const RUNS = Number(process.env["SLUICE_FUZZ_STREAM_RUNS"] ?? 40);
 const SEED = process.env["SLUICE_FUZZ_SEED"]
   ? Number(process.env["SLUICE_FUZZ_SEED"])
   : Date.now() % 2_147_483_647;
