@@ -15,7 +15,7 @@ import { Agent, request } from "undici";
 import { CLASSES_HIGH_TO_LOW, type PriorityClass } from "../core/class.js";
 import { startGateway } from "../gateway/server.js";
 import { sha256Hex } from "../gateway/tenants.js";
-import { formatResult } from "../ledger/format.js";
+import { formatResult, terminalSafe } from "../ledger/format.js";
 import { openLedgerReader } from "../ledger/query.js";
 import { buildReport, reportTable } from "../ledger/report.js";
 import { startMockWorker } from "../mock-worker/index.js";
@@ -292,13 +292,16 @@ export async function runDemo(argv: string[]): Promise<void> {
     for (const pool of gateway.pools.all) {
       const ps = pool.admission.snapshot();
       if (ps.classes === null) continue;
-      rows.push(`${pool.name} (capacity ${ps.capacity}, running ${ps.inflight}, queued ${ps.queued})`);
+      // Pool names are model names the workers report: never raw on the terminal.
+      rows.push(
+        `${terminalSafe(pool.name)} (capacity ${ps.capacity}, running ${ps.inflight}, queued ${ps.queued})`,
+      );
       for (const cls of CLASSES_HIGH_TO_LOW) {
         const st = statsOf(pool.name, cls);
         const c = ps.classes[cls];
         if (st.completed + st.refused.size + c.inflight + c.queued === 0) continue;
         const sorted = [...st.waits].sort((a, b) => a - b);
-        const refused = [...st.refused].map(([k, v]) => `${k}=${v}`).join(" ") || "-";
+        const refused = [...st.refused].map(([k, v]) => `${terminalSafe(k)}=${v}`).join(" ") || "-";
         rows.push(
           `  ${cls.padEnd(24)} ${String(st.completed).padStart(10)}  ${String(c.inflight).padStart(7)}  ${String(c.queued).padStart(6)}  ` +
             `${refused.padEnd(46)} ${`${percentile(sorted, 50)} ms`.padStart(9)} ${`${percentile(sorted, 99)} ms`.padStart(10)}`,

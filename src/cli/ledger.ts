@@ -85,7 +85,7 @@ export async function runLedgerCli(argv: string[]): Promise<void> {
   query.action(async (sql: string, options: LedgerCliOptions) => {
     const target = ledgerTarget(query, options);
     const result = await withReader(target, options, (reader) => reader.query(sql));
-    process.stdout.write(formatResult(result, options.format));
+    process.stdout.write(formatResult(result, options.format, { terminal: process.stdout.isTTY === true }));
   });
   await program.parseAsync(argv, { from: "user" });
 }

@@ -8,6 +8,7 @@ import { CommanderError } from "commander";
 import { pino } from "pino";
 import { ConfigError } from "../core/errors.js";
 import { startGateway } from "../gateway/server.js";
+import { terminalSafeMessage } from "../ledger/format.js";
 import { runMockWorkerCli } from "../mock-worker/cli.js";
 import { parseGatewayArgs, reloadGatewayFile } from "./flags.js";
 
@@ -98,8 +99,10 @@ export async function main(argv: string[]): Promise<number> {
       return 2;
     }
     const e = err as NodeJS.ErrnoException;
+    // A ledger query's error may quote a stored string (a client's model): no raw control bytes.
+    const message = terminalSafeMessage(e.message);
     process.stderr.write(
-      `sluice: ${e.code === "EADDRINUSE" ? `port already in use (${e.message})` : e.message}\n`,
+      `sluice: ${e.code === "EADDRINUSE" ? `port already in use (${message})` : message}\n`,
     );
     return 1;
   }

@@ -3,7 +3,7 @@
  * admission counts, queue-wait p50/p99, tokens in/out, cost and error codes, from the ledger.
  */
 import { InvalidArgumentError } from "commander";
-import { formatResult } from "../ledger/format.js";
+import { formatResult, jsonText, terminalSafe } from "../ledger/format.js";
 import { buildReport, parseSince, reportTable } from "../ledger/report.js";
 import { addLedgerOptions, type LedgerCliOptions, ledgerTarget, quietCommand, withReader } from "./ledger.js";
 
@@ -23,14 +23,14 @@ export async function runReportCli(argv: string[]): Promise<void> {
     const target = ledgerTarget(cmd, options);
     const report = await withReader(target, options, (reader) => buildReport(reader, since));
     if (options.format === "json") {
-      process.stdout.write(`${JSON.stringify(report, null, 2)}\n`);
+      process.stdout.write(`${jsonText(report)}\n`);
       return;
     }
     const table = reportTable(report);
     if (options.format === "table") {
-      process.stdout.write(`since ${report.since} until ${report.until} (${report.ledger})\n`);
+      process.stdout.write(`since ${report.since} until ${report.until} (${terminalSafe(report.ledger)})\n`);
     }
-    process.stdout.write(formatResult(table, options.format));
+    process.stdout.write(formatResult(table, options.format, { terminal: process.stdout.isTTY === true }));
   });
   await cmd.parseAsync(argv, { from: "user" });
 }

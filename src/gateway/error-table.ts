@@ -72,6 +72,12 @@ export const ERROR_TABLE = {
   too_many_connections: row(503, true, 1, "the gateway has too many client connections open"),
   // The workers.
   no_healthy_workers: row(503, true, 1, "no healthy worker is available"),
+  worker_room_timeout: row(
+    503,
+    true,
+    1,
+    "no worker of the request's pool had room for it within the dispatch bound",
+  ),
   model_not_found: row(404, false, "none", "no worker serves this model"),
   upstream_unavailable: row(502, true, "none", "could not connect to the worker"),
   upstream_reset: row(502, true, "none", "the worker closed the connection"),

@@ -27,7 +27,7 @@ import type { TenantActivity } from "./tenant-activity.js";
 import { ANONYMOUS_TENANT } from "./tenants.js";
 import { streamTokensPerEvent } from "./tokens-per-event.js";
 import { type BodyTransform, type ExchangeOwner, UpstreamExchange, upstreamFailure } from "./upstream.js";
-import { UsageReader } from "./usage.js";
+import { MAX_PENDING_BYTES, UsageReader } from "./usage.js";
 import type { Worker, WorkerPool } from "./workers.js";
 
 /** What every lease needs from the gateway. */
@@ -65,6 +65,7 @@ function outcomeOf(code: ErrorCode): OutcomeKind {
     case "request_header_timeout":
     case "request_body_timeout":
     case "upstream_timeout":
+    case "worker_room_timeout":
       return "timeout";
     case "upstream_unavailable":
     case "upstream_reset":
@@ -301,7 +302,16 @@ export class Lease implements ExchangeOwner, CancelSignal {
       this.stripUsage,
       adaptive ? (events) => this.paceMark(events) : undefined,
     );
+    if (this.reader.isStream) this.reader.onOversized = (bytes) => this.oversizedEvent(bytes);
     return this.reader;
+  }
+
+  /** Once per stream: an SSE event passed the scanner's bound and goes to the client unread. */
+  private oversizedEvent(bytes: number): void {
+    this.ctx.logger.warn(
+      { worker: this.worker?.url, requestId: this.requestId, bytes, limit: MAX_PENDING_BYTES },
+      "stream event past the usage scanner's bound: its bytes pass through unread",
+    );
   }
 
   /**

@@ -210,6 +210,8 @@ export async function startGateway(options: GatewayOptions, outcomes?: OutcomeSi
           )
         : undefined;
     const capacity = new PinnableCapacity(adaptive ?? discovered);
+    // A pin lifts the workers' rooms (WorkerGroup.pin): this pool's, or the fleet's in Redis.
+    group.pin = () => capacity.pinned ?? shared?.redisBackend(name)?.pinnedCapacity;
     let admission = sharedLegacy;
     const classes =
       admission === undefined

@@ -88,6 +88,8 @@ export class UpstreamExchange implements Dispatcher.DispatchHandler {
   private rawHeaders: Buffer[] | undefined;
   private transform: BodyTransform | undefined;
   private started = false;
+  /** The status and headers have gone to the client (with a body byte, or flushed alone). */
+  private headFlushed = false;
   private done = false;
   /** Set when abort() came before undici handed over its abort function. */
   private pendingAbort: Error | undefined;
@@ -127,7 +129,16 @@ export class UpstreamExchange implements Dispatcher.DispatchHandler {
   onData(chunk: Buffer): boolean {
     if (!this.started && !this.start()) return false;
     const out = this.transform !== undefined ? this.transform.transform(chunk) : chunk;
-    if (out.length === 0) return true;
+    if (out.length === 0) {
+      // The transform holds the chunk (an SSE event not yet ended): the client gets the status and
+      // headers now rather than with the first byte it lets through.
+      if (!this.headFlushed) {
+        this.headFlushed = true;
+        this.res.flushHeaders();
+      }
+      return true;
+    }
+    this.headFlushed = true;
     if (this.res.write(out)) return true;
     // The client's socket is full: pause the worker until it drains.
     this.res.once("drain", this.onDrain);

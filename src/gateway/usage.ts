@@ -121,8 +121,19 @@ function objectAfter(body: Buffer, from: number): string | undefined {
   return undefined;
 }
 
-/** Past this much without an event boundary, the body is not SSE after all: stop looking. */
-const MAX_PENDING_BYTES = 1 << 20;
+/**
+ * The most the SSE scanner holds of one event whose end has not arrived (1 MiB). An event this long
+ * is no usage chunk: its bytes (the held ones first) go to the client as they are, unread, and
+ * scanning resumes after its blank line. Whatever the worker sends, a stream's reader holds at most
+ * this many bytes, and copies each byte at most twice (into the held event, then out of it).
+ */
+export const MAX_PENDING_BYTES = 1 << 20;
+
+/**
+ * The scanner's figures over the process (tests and the soak read them): the most bytes one reader
+ * held at once, and the events passed through unread for being longer than the bound.
+ */
+export const usageScannerStats = { peakHeldBytes: 0, oversizedEvents: 0 };
 
 /**
  * Watches (and for streams, may rewrite) the response body on its way to the client.
@@ -130,6 +141,11 @@ const MAX_PENDING_BYTES = 1 << 20;
  * SSE works on bytes: events split at the blank line (ASCII, so a multi-byte character never
  * straddles two events), and an event is decoded only when it mentions `"usage"` with a value
  * that is not `null`, which happens once per stream.
+ *
+ * Linear in the bytes, bounded in memory: an event cut across chunks is held as a list of copies
+ * (never re-concatenated per chunk), only each new chunk is searched for the blank line (with the
+ * held event's last 3 bytes, for a blank line cut in two), and past MAX_PENDING_BYTES the event is
+ * passed through unread (see there).
  */
 export class UsageReader {
   private readonly sse: boolean;
@@ -137,13 +153,28 @@ export class UsageReader {
   private found: Usage | undefined;
   private json: Buffer[] = [];
   private jsonBytes = 0;
-  /** The start of an event whose end has not arrived yet. */
-  private pending: Buffer | undefined;
-  private gaveUp = false;
+  /** The start of an event whose end has not arrived yet: copies of its pieces, in order. */
+  private pending: Buffer[] = [];
+  private pendingBytes = 0;
+  /** Up to the last 3 bytes of the event being held or passed through (a blank line cut in two). */
+  private tail: Buffer = EMPTY;
+  /** Past the bound: the current event's bytes pass through unread until its blank line. */
+  private skipping = false;
+  /** The most bytes held at once (at most MAX_PENDING_BYTES). */
+  peakHeldBytes = 0;
+  /** The bound on held bytes; a test may lower it. */
+  maxPendingBytes = MAX_PENDING_BYTES;
+  /**
+   * Called once per stream, when an event first passes the bound (`bytes`: how much of it was seen
+   * then): the stream is not what the scanner expects, and its usage may not be read.
+   */
+  onOversized: ((bytes: number) => void) | undefined;
   /** SSE events read so far (about one per token for OpenAI-compatible servers). */
   events = 0;
   /** Of those, the ones that carry no token for sure: `[DONE]` and a usage chunk without choices. */
   framingEvents = 0;
+  /** Events passed through unread for being longer than the bound (counted in `events`). */
+  oversizedEvents = 0;
 
   /**
    * `onChunk`, for a stream: called after each chunk with the events read so far (adaptive
@@ -171,6 +202,11 @@ export class UsageReader {
     return this.found;
   }
 
+  /** Bytes held now (an event whose end has not arrived). */
+  get heldBytes(): number {
+    return this.pendingBytes;
+  }
+
   /** Returns what to send to the client for this chunk (possibly empty). */
   transform(chunk: Buffer): Buffer {
     if (!this.sse) {
@@ -178,17 +214,54 @@ export class UsageReader {
       this.jsonBytes += chunk.length;
       return chunk;
     }
-    if (this.gaveUp) return chunk;
-    const data = this.pending === undefined ? chunk : Buffer.concat([this.pending, chunk]);
-    this.pending = undefined;
-    // Pieces to send when rewriting; `same` while they are exactly `data` so far.
+    // Pieces to send when rewriting; the chunk itself goes out when `same` holds to the end.
     const out: Buffer[] = [];
     let same = true;
     let pos = 0;
+    if (this.skipping || this.pendingBytes > 0) {
+      // The current event started in an earlier chunk: find its end in this one alone.
+      const end = this.stopAcross(chunk);
+      if (this.skipping) {
+        if (end === -1) {
+          this.tail = lastBytes(this.tail, chunk);
+          this.onChunk?.(this.events);
+          return chunk;
+        }
+        this.skipping = false;
+        this.tail = EMPTY;
+        if (this.strip) out.push(chunk.subarray(0, end));
+      } else if (end === -1) {
+        if (this.pendingBytes + chunk.length > this.maxPendingBytes) {
+          // Too long for an event: what was held goes out first, then the chunk; read no more of it.
+          this.oversized(this.pendingBytes + chunk.length);
+          const held = this.release();
+          this.skipping = true;
+          this.tail = lastBytes(this.tail, chunk);
+          this.onChunk?.(this.events);
+          if (!this.strip) return chunk;
+          return held.length === 0 ? chunk : Buffer.concat([held, chunk]);
+        }
+        this.hold(chunk);
+        this.onChunk?.(this.events);
+        return this.strip ? EMPTY : chunk;
+      } else {
+        // The held event ends in this chunk: one copy of it, read once.
+        this.pending.push(chunk.subarray(0, end));
+        const event = Buffer.concat(this.pending, this.pendingBytes + end);
+        this.pending = [];
+        this.pendingBytes = 0;
+        this.tail = EMPTY;
+        this.events++;
+        const sent = this.readEvent(event);
+        if (this.strip && sent.length > 0) out.push(sent);
+      }
+      same = false;
+      pos = end;
+    }
     for (;;) {
-      const stop = eventStop(data, pos);
+      const stop = eventStop(chunk, pos);
       if (stop === -1) break;
-      const event = pos === 0 && stop === data.length ? data : data.subarray(pos, stop);
+      const event = pos === 0 && stop === chunk.length ? chunk : chunk.subarray(pos, stop);
       pos = stop;
       this.events++;
       const sent = this.readEvent(event);
@@ -196,18 +269,74 @@ export class UsageReader {
       if (sent !== event) same = false;
       if (sent.length > 0) out.push(sent);
     }
-    if (pos < data.length) {
-      // Copied: the chunk's memory is not ours to keep.
-      this.pending = Buffer.from(data.subarray(pos));
-      if (!this.strip && this.pending.length > MAX_PENDING_BYTES) {
-        this.pending = undefined;
-        this.gaveUp = true;
+    if (pos < chunk.length) {
+      const rest = chunk.subarray(pos);
+      if (rest.length > this.maxPendingBytes) {
+        // Already too long for an event: pass it through unread.
+        this.oversized(rest.length);
+        this.skipping = true;
+        this.tail = lastBytes(EMPTY, rest);
+        if (this.strip) out.push(rest);
+      } else {
+        this.hold(rest);
+        same = false;
       }
     }
     this.onChunk?.(this.events);
-    if (!this.strip) return chunk;
-    if (same && pos === data.length && data === chunk) return chunk;
-    return out.length === 1 ? out[0]! : Buffer.concat(out);
+    // `same`: every event went out as it came, and so did any rest: the output is the chunk.
+    if (!this.strip || same) return chunk;
+    return out.length === 0 ? EMPTY : out.length === 1 ? out[0]! : Buffer.concat(out);
+  }
+
+  /** Holds a copy of `bytes` (the chunk's memory is not ours to keep) as the event's next piece. */
+  private hold(bytes: Buffer): void {
+    this.pending.push(Buffer.from(bytes));
+    this.pendingBytes += bytes.length;
+    this.tail = lastBytes(this.tail, bytes);
+    if (this.pendingBytes > this.peakHeldBytes) {
+      this.peakHeldBytes = this.pendingBytes;
+      if (this.pendingBytes > usageScannerStats.peakHeldBytes)
+        usageScannerStats.peakHeldBytes = this.pendingBytes;
+    }
+  }
+
+  /** The held bytes as one buffer (empty when none), and nothing held any more. */
+  private release(): Buffer {
+    const held =
+      this.pending.length === 0
+        ? EMPTY
+        : this.pending.length === 1
+          ? this.pending[0]!
+          : Buffer.concat(this.pending, this.pendingBytes);
+    this.pending = [];
+    this.pendingBytes = 0;
+    return held;
+  }
+
+  /**
+   * An event passed the bound with `bytes` of it seen: it counts as one event, and the first one of
+   * a stream is told (the caller logs it once).
+   */
+  private oversized(bytes: number): void {
+    this.events++;
+    this.oversizedEvents++;
+    usageScannerStats.oversizedEvents++;
+    if (this.oversizedEvents === 1) this.onOversized?.(bytes);
+  }
+
+  /**
+   * Where the current event (held, or passing through) ends in `chunk`, just past its blank line;
+   * -1 when not in it. A blank line may start in the held bytes: their last 3 are searched with the
+   * chunk's first 3 (a blank line is at most 4 bytes), then the chunk alone.
+   */
+  private stopAcross(chunk: Buffer): number {
+    const t = this.tail.length;
+    if (t > 0) {
+      const joint = Buffer.concat([this.tail, chunk.subarray(0, 3)]);
+      const stop = eventStop(joint, 0);
+      if (stop > t) return stop - t;
+    }
+    return eventStop(chunk, 0);
   }
 
   /** End of body: returns any held-back bytes. */
@@ -220,9 +349,14 @@ export class UsageReader {
       this.json = [];
       return undefined;
     }
-    const rest = this.pending;
-    this.pending = undefined;
-    if (rest === undefined || rest.length === 0) return undefined;
+    if (this.skipping) {
+      this.skipping = false;
+      this.tail = EMPTY;
+      return undefined;
+    }
+    const rest = this.release();
+    this.tail = EMPTY;
+    if (rest.length === 0) return undefined;
     this.events++;
     const sent = this.readEvent(rest);
     return this.strip && sent.length > 0 ? sent : undefined;
@@ -288,6 +422,13 @@ export class UsageReader {
 }
 
 const EMPTY = Buffer.alloc(0);
+
+/** The last 3 bytes of `before` followed by `bytes` (a copy: neither is ours to keep). */
+function lastBytes(before: Buffer, bytes: Buffer): Buffer {
+  if (bytes.length >= 3) return Buffer.from(bytes.subarray(bytes.length - 3));
+  const joined = Buffer.concat([before.subarray(Math.max(0, before.length - 3)), bytes]);
+  return Buffer.from(joined.subarray(Math.max(0, joined.length - 3)));
+}
 const DONE = "[DONE]";
 /** `data: [DONE]` with CRLF endings and a space or two to spare. */
 const MAX_DONE_EVENT_BYTES = 24;

@@ -33,6 +33,7 @@ import {
   type RoutingPolicyFactory,
   type RoutingRequest,
 } from "../routing/policy.js";
+import { GatewayError } from "./http-errors.js";
 import type { HealthCheckOptions, WorkerPolicy, WorkerSpec } from "./options.js";
 import type { ServedModels } from "./pool-formation.js";
 import { TokensPerEvent } from "./tokens-per-event.js";
@@ -134,14 +135,22 @@ export class Worker {
   }
 
   /**
+   * How many requests routing may put on it: its capacity (under its adaptive limit, if any); under
+   * an operator's pin above its pool's capacity, its share of the pin instead (see `WorkerGroup.pin`).
+   */
+  get room(): number {
+    const lifted = this.group?.pinnedRoomOf(this);
+    if (lifted !== undefined) return lifted;
+    return Math.min(this.capacity, this.adaptiveLimit ?? Number.POSITIVE_INFINITY);
+  }
+
+  /**
    * It can take one more request: its circuit admits one, and (when `bounded`) it is under its
-   * capacity and its adaptive limit.
+   * room (its capacity and adaptive limit, or its share of a pin).
    */
   hasRoom(bounded: boolean): boolean {
     if (!this.breaker.admits(this.inflight)) return false;
-    return (
-      !bounded || this.inflight < Math.min(this.capacity, this.adaptiveLimit ?? Number.POSITIVE_INFINITY)
-    );
+    return !bounded || this.inflight < this.room;
   }
 
   /** Records one health probe; returns true when the worker's health flipped. */
@@ -187,6 +196,19 @@ export class WorkerGroup {
   policy: RoutingPolicy<Worker> | undefined;
   /** Requests waiting for a worker of this group with room (FIFO). */
   readonly roomWaiters: Array<() => void> = [];
+  /**
+   * The operator's pin on the group's model pool (`PUT /api/v1/capacity`), read when routing: the
+   * pool's PinnableCapacity, or the fleet-wide pin in Redis (the gateway sets it). A pin is the
+   * capacity the operator wants at the workers: above the sum of their reports, each healthy
+   * worker's room is lifted in proportion, to ceil(its capacity x pin / that sum), so the rooms
+   * add up to at least the pin and no admitted request waits for a worker the pin promised.
+   * Under the sum, rooms stay the reports (admission bounds the total).
+   */
+  pin: () => number | undefined = NO_PIN;
+  /** The healthy members' capacity (the `capacity` getter's sum), kept for routing's room checks. */
+  private healthyCapacity = 0;
+  /** Room waits: requests admitted that found every worker full, by how the wait ended. */
+  readonly roomWaits = { now: 0, dispatched: 0, timeout: 0, cancelled: 0, noWorker: 0 };
 
   /** Sets the members (the worker's `group` follows) and recomputes the healthy ones. */
   setMembers(members: Worker[]): void {
@@ -209,9 +231,20 @@ export class WorkerGroup {
   /** Members serve different model lists (so a request's model narrows the choice). */
   private mixed = false;
 
+  /** `worker`'s room under a pin above the group's capacity; undefined with none (or none above). */
+  pinnedRoomOf(worker: Worker): number | undefined {
+    const pin = this.pin();
+    const sum = this.healthyCapacity;
+    if (pin === undefined || sum <= 0 || pin <= sum) return undefined;
+    return Math.ceil((worker.availableCapacity * pin) / sum);
+  }
+
   refreshHealthy(): void {
     const before = this.healthy;
     this.healthy = this.members.filter((w) => w.routable);
+    let sum = 0;
+    for (const w of this.healthy) sum += w.availableCapacity;
+    this.healthyCapacity = sum;
     const first = this.members[0]?.served;
     this.mixed = this.members.some((w) => !sameServed(w.served, first!));
     const policy = this.policy;
@@ -255,8 +288,15 @@ export interface WorkerPoolOptions {
   breaker?: BreakerOptions | undefined;
 }
 
-/** How long a request waits for a worker with room before it is sent to the least loaded one. */
-const ROOM_WAIT_MS = 5000;
+/** No pin: the default of `WorkerGroup.pin`. */
+const NO_PIN = (): number | undefined => undefined;
+
+/**
+ * How long an admitted request waits for a worker of its pool with room (every one full) before it
+ * is answered 503 `worker_room_timeout`: the dispatch bound (docs/gateway.md, "Workers and capacity").
+ */
+export const ROOM_WAIT_MS = 5000;
+const ROOM_RECHECK_MS = 100;
 
 /** What a caller that has no request to describe routes with: no prompt, no headers. */
 const NO_REQUEST: RoutingRequest = { json: undefined, promptText: () => "", header: () => undefined };
@@ -353,9 +393,12 @@ export class WorkerPool {
 
   /**
    * Takes a worker for one request: a healthy one with room, by the configured policy. When every
-   * healthy worker is full (a slot passed on by preemption or a cancel whose upstream request is
-   * still closing), waits until one frees, up to ROOM_WAIT_MS, or until `signal` aborts. Returns
-   * undefined when no worker is healthy. Give it back with `release`.
+   * healthy worker that serves the model is full (a slot passed on by preemption or a cancel whose
+   * upstream request is still closing; an adapter only some workers of its pool serve), waits until
+   * one frees, up to ROOM_WAIT_MS, then throws 503 `worker_room_timeout`: a worker is never sent
+   * more than its room. Rejects when `signal` aborts. Returns undefined when no worker is healthy.
+   * Every wait is counted in the group's `roomWaits` (sluice_pool_room_waiting and
+   * sluice_pool_room_waits_total). Give the worker back with `release`.
    */
   async acquire(
     signal: CancelSignal,
@@ -365,14 +408,36 @@ export class WorkerPool {
   ): Promise<Worker | undefined> {
     const now = this.tryAcquire(group, request, model);
     if (now !== null) return now;
-    let worker = this.pick(group, request, model);
-    const deadline = performance.now() + ROOM_WAIT_MS;
-    while (worker !== undefined && !worker.hasRoom(this.respectCapacity) && performance.now() < deadline) {
-      await this.waitForRoom(group, signal, deadline - performance.now());
-      worker = this.pick(group, request, model);
+    const waits = group.roomWaits;
+    waits.now++;
+    let outcome: "dispatched" | "timeout" | "cancelled" | "noWorker" = "cancelled";
+    try {
+      let worker = this.pick(group, request, model);
+      const deadline = performance.now() + ROOM_WAIT_MS;
+      while (worker !== undefined && !worker.hasRoom(this.respectCapacity) && performance.now() < deadline) {
+        // Woken by a release in the group; re-checked every ROOM_RECHECK_MS anyway, for room that
+        // comes another way (a pin, a worker back in rotation, a report that grew).
+        await this.waitForRoom(group, signal, Math.min(ROOM_RECHECK_MS, deadline - performance.now()));
+        worker = this.pick(group, request, model);
+      }
+      if (worker === undefined) {
+        outcome = "noWorker";
+        return undefined;
+      }
+      if (!worker.hasRoom(this.respectCapacity)) {
+        outcome = "timeout";
+        throw new GatewayError(
+          "worker_room_timeout",
+          `no worker of pool ${group.name || "*"} had room for this admitted request within ${ROOM_WAIT_MS / 1000} s`,
+        );
+      }
+      outcome = "dispatched";
+      worker.inflight++;
+      return worker;
+    } finally {
+      waits.now--;
+      waits[outcome]++;
     }
-    if (worker !== undefined) worker.inflight++;
-    return worker;
   }
 
   /**

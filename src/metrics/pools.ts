@@ -18,7 +18,17 @@ export const POOL_METRIC_NAMES = {
   healthyWorkers: "sluice_pool_healthy_workers",
   admissions: "sluice_pool_admissions_total",
   servedModel: "sluice_pool_served_model",
+  roomWaiting: "sluice_pool_room_waiting",
+  roomWaits: "sluice_pool_room_waits_total",
 } as const;
+
+/** How an admitted request's wait for a worker with room ended (`sluice_pool_room_waits_total`). */
+const ROOM_WAIT_OUTCOMES = [
+  ["dispatched", "dispatched"],
+  ["timeout", "timeout"],
+  ["cancelled", "cancelled"],
+  ["no_worker", "noWorker"],
+] as const;
 
 /** At most this many served models per pool are listed in `sluice_pool_served_model`. */
 export const MAX_SERVED_MODEL_LABELS = 64;
@@ -49,6 +59,28 @@ export function registerPoolMetrics(registry: Registry, pools: () => readonly Mo
     (p) => (p.sharedAdmission ? 0 : p.admission.snapshot().queued),
   );
   perPool(POOL_METRIC_NAMES.workers, "Workers in each model pool.", (p) => p.workers.members.length);
+  perPool(
+    POOL_METRIC_NAMES.roomWaiting,
+    "Admitted requests waiting now for a worker of each model pool with room (every one full).",
+    (p) => p.workers.roomWaits.now,
+  );
+  // Counted by the pool's worker group: it restarts from 0 if the pool re-forms.
+  new Counter({
+    name: POOL_METRIC_NAMES.roomWaits,
+    help:
+      "Admitted requests that waited for a worker with room in each model pool, by how the wait " +
+      "ended: dispatched, timeout (503 worker_room_timeout), cancelled, no_worker (503 no_healthy_workers).",
+    labelNames: ["model", "outcome"],
+    registers,
+    collect() {
+      this.reset();
+      for (const p of pools()) {
+        for (const [outcome, key] of ROOM_WAIT_OUTCOMES) {
+          this.inc({ model: p.name, outcome }, p.workers.roomWaits[key]);
+        }
+      }
+    },
+  });
   perPool(
     POOL_METRIC_NAMES.healthyWorkers,
     "Healthy workers in each model pool.",
