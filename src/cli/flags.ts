@@ -75,6 +75,8 @@ export interface GatewayFlags {
   upstreamConnectTimeoutSecs: number;
   workerApiKey: string | undefined;
   maxCostTokens: number | undefined;
+  /** Output tokens a budget reserves for a request without max_tokens and no history (docs/tenants.md). */
+  defaultOutputTokens: number | undefined;
   capacity: CapacityOptions;
   shedding: LoadSheddingOptions;
   /** The routing policies' knobs (docs/routing.md). */
@@ -384,6 +386,13 @@ export const FLAG_SPECS: FlagSpec[] = [
     flags: "--max-cost-tokens <n>",
     key: "max_cost_tokens",
     description: "ceiling of a request's estimated cost (default: the workers' context length, else 131072)",
+    parse: intArg(1),
+  },
+  {
+    flags: "--default-output-tokens <n>",
+    key: "default_output_tokens",
+    description:
+      "output tokens a budgeted request without max_tokens reserves until its tenant or model has a history (default: the model's context)",
     parse: intArg(1),
   },
   {
@@ -806,6 +815,7 @@ export function parseGatewayArgs(argv: string[]): GatewayFlags {
     workerApiKey:
       (values.worker_api_key as string | undefined) ?? (process.env.SLUICE_WORKER_API_KEY || undefined),
     maxCostTokens: values.max_cost_tokens as number | undefined,
+    defaultOutputTokens: values.default_output_tokens as number | undefined,
     capacity: capacitySettings(values, file, configPath),
     shedding: sheddingSettings(file, configPath),
     routing: {

@@ -30,6 +30,7 @@ export async function runGatewayCli(argv: string[]): Promise<void> {
     upstreamConnectTimeoutSecs: flags.upstreamConnectTimeoutSecs,
     workerApiKey: flags.workerApiKey,
     maxCostTokens: flags.maxCostTokens,
+    defaultOutputTokens: flags.defaultOutputTokens,
     capacity: flags.capacity,
     shedding: flags.shedding,
     routing: flags.routing,

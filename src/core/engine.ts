@@ -531,8 +531,11 @@ class PriorityScheduler implements Scheduler, PermitOwner {
     this.detach(waiter);
     const cls = classOfRank(waiter.rank);
     this.count(waiter.rank, "client_cancelled", waiter.tenant);
-    this.observer.queueWait?.(cls, (this.clock.now() - waiter.enqueuedAt) / 1000, "client_cancelled");
-    waiter.reject(new ClientCancelledError(cls, "scheduler_client_cancelled"));
+    const waitedMs = this.clock.now() - waiter.enqueuedAt;
+    this.observer.queueWait?.(cls, waitedMs / 1000, "client_cancelled");
+    const error = new ClientCancelledError(cls, "scheduler_client_cancelled");
+    error.queueWaitMs = waitedMs;
+    waiter.reject(error);
     // A departure changes no headroom, but it may unblock nothing; no dispatch needed.
   }
 
@@ -617,7 +620,9 @@ class PriorityScheduler implements Scheduler, PermitOwner {
         const cls = classOfRank(r);
         this.count(r, "rejected_queue_timeout", w.tenant);
         this.observer.queueWait?.(cls, (now - w.enqueuedAt) / 1000, "rejected_queue_timeout");
-        w.reject(new QueueTimeoutError(cls, limit / 1000));
+        const error = new QueueTimeoutError(cls, limit / 1000);
+        error.queueWaitMs = now - w.enqueuedAt;
+        w.reject(error);
       }
     }
     this.dispatch();

@@ -23,6 +23,11 @@ export class AdmissionError extends Error {
   readonly retryAfterSecs: number | undefined;
   /** Effective class of the request, when the scheduler had resolved one. */
   readonly priorityClass: PriorityClass | undefined;
+  /**
+   * Time the request waited in the queue before it left without a slot (a queue timeout, the client
+   * gone while queued), ms on the scheduler's clock; undefined when it never queued.
+   */
+  queueWaitMs: number | undefined;
 
   constructor(
     code: AdmissionErrorCode,

@@ -272,7 +272,9 @@ export class LegacyLimiter {
     if (waiter.done) return;
     this.settle(waiter);
     this.stats.clientCancelled++;
-    waiter.reject(new ClientCancelledError(undefined, "admission_client_cancelled"));
+    const error = new ClientCancelledError(undefined, "admission_client_cancelled");
+    error.queueWaitMs = this.clock.now() - waiter.enqueuedAt;
+    waiter.reject(error);
   }
 
   private onTimer(): void {
@@ -285,7 +287,9 @@ export class LegacyLimiter {
       this.settle(w);
       this.head++;
       this.stats.rejectedQueueTimeout++;
-      w.reject(new LegacyQueueTimeoutError(this.queueTimeoutMs / 1000, 1));
+      const error = new LegacyQueueTimeoutError(this.queueTimeoutMs / 1000, 1);
+      error.queueWaitMs = now - w.enqueuedAt;
+      w.reject(error);
     }
     this.drain();
     const next = this.nextWaiter();

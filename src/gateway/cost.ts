@@ -12,6 +12,14 @@ export interface RequestEstimate {
   cost: number;
   promptTokens: number;
   maxOutputTokens: number;
+  /**
+   * The body limits its output (`max_completion_tokens`, `max_tokens` or
+   * `sampling_params.max_new_tokens`). Without a limit `maxOutputTokens` is 0 and a budget reserves
+   * an estimate instead (output-lengths.ts).
+   */
+  outputLimited: boolean;
+  /** Answers asked for (`n`, default 1). */
+  choices: number;
   model: string | undefined;
   stream: boolean;
   /** The parsed JSON body, when it was a JSON object. */
@@ -27,6 +35,8 @@ const UNKNOWN: RequestEstimate = {
   cost: 1,
   promptTokens: 0,
   maxOutputTokens: 0,
+  outputLimited: false,
+  choices: 1,
   model: undefined,
   stream: false,
   json: undefined,
@@ -89,6 +99,19 @@ function describe(v: unknown): string {
   if (typeof v === "number") return String(v);
   if (Array.isArray(v)) return "an array";
   return v === null ? "null" : typeof v;
+}
+
+/** Paths whose answers are generated text (a chat, a completion, SGLang's native API, a response). */
+const GENERATING = ["/chat/completions", "/completions", "/generate", "/responses"];
+
+/**
+ * The request asks for generated output, whose length its body may leave open: a budget reserves an
+ * output estimate for it when it sets no limit. Embeddings, rerank, scoring, tokenizing do not.
+ */
+export function generatesOutput(url: string): boolean {
+  const q = url.indexOf("?");
+  const path = q === -1 ? url : url.slice(0, q);
+  return GENERATING.some((suffix) => path.endsWith(suffix));
 }
 
 /** True when the body should be read as JSON (declared so, or undeclared). */
@@ -161,6 +184,8 @@ export function estimateRequest(
     cost: Math.max(1, Math.min(promptTokens + maxOutputTokens, maxCostTokens)),
     promptTokens,
     maxOutputTokens,
+    outputLimited: (completion ?? maxTokens ?? sampled) !== undefined,
+    choices: Math.min(n, maxCostTokens),
     model: typeof model === "string" ? model : undefined,
     stream: stream === true,
     json: doc,

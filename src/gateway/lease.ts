@@ -22,7 +22,8 @@ import type { RequestEstimate } from "./cost.js";
 import type { ErrorCode } from "./error-table.js";
 import { GatewayError, sendError, toGatewayError } from "./http-errors.js";
 import type { ModelPool } from "./model-pools.js";
-import type { AdmissionPath, OutcomeKind, OutcomeRecord, OutcomeSink } from "./outcome.js";
+import type { AdmissionPath, OutcomeKind, OutcomeRecord, OutcomeSink, TokenSource } from "./outcome.js";
+import type { OutputLengths } from "./output-lengths.js";
 import type { TenantActivity } from "./tenant-activity.js";
 import { ANONYMOUS_TENANT } from "./tenants.js";
 import { streamTokensPerEvent } from "./tokens-per-event.js";
@@ -46,6 +47,14 @@ export interface LeaseContext {
   readonly maxRetries: number;
   /** The request's deadline for its upstream attempts together (`--request-timeout-secs`). */
   readonly upstreamTimeoutMs: number;
+  /** Recent output lengths: answers of requests without max_tokens teach it (output-lengths.ts). */
+  readonly outputLengths?: OutputLengths | undefined;
+}
+
+/** The tokens a served request is charged, and where they come from. */
+interface Charge {
+  usage: Usage;
+  source: TokenSource;
 }
 
 /** How a request ended, as the lifecycle reports it to its lease. */
@@ -87,6 +96,8 @@ export class Lease implements ExchangeOwner, CancelSignal {
   private readonly t0 = performance.now();
   tenant = ANONYMOUS_TENANT;
   estimate: RequestEstimate | undefined;
+  /** The request asks for generated output (a chat, a completion), not an embedding or a score. */
+  generates = false;
   hold: BudgetHold | undefined;
   /** The model pool the request was routed to (undefined until routed). */
   pool: ModelPool | undefined;
@@ -123,6 +134,8 @@ export class Lease implements ExchangeOwner, CancelSignal {
   private ttftSent = false;
   /** When the worker was chosen, ms since arrival: TTFT for capacity starts here, not at arrival. */
   private dispatchedMs: number | undefined;
+  /** Time in the queue of a request that left it without a slot (408, 499, 429), ms. */
+  private queuedMs = 0;
   private clientGone = false;
   private preempted = false;
   private ended = false;
@@ -133,7 +146,10 @@ export class Lease implements ExchangeOwner, CancelSignal {
     private readonly ctx: LeaseContext,
     private readonly req: IncomingMessage,
     private readonly res: ServerResponse,
+    /** The correlation id (`X-Request-Id`): the client's own when usable; echoed and stored. */
     readonly requestId: string,
+    /** The gateway's own id, unique per request: the budget hold's and the ledger row's key. */
+    readonly sluiceRequestId: string,
   ) {
     this.answerHeaders = ["x-request-id", requestId];
     this.spans = ctx.tracing === undefined ? undefined : ctx.tracing.startRequest(req, requestId);
@@ -203,6 +219,11 @@ export class Lease implements ExchangeOwner, CancelSignal {
       "x-sluice-queue-wait-ms",
       String(Math.round(slot.queueWaitMs)),
     );
+  }
+
+  /** The admit stage ended without a slot after `ms` in the queue (its timeout, the client gone). */
+  leftQueue(ms: number): void {
+    this.queuedMs = ms;
   }
 
   /** The dispatch stage chose a worker. */
@@ -424,44 +445,47 @@ export class Lease implements ExchangeOwner, CancelSignal {
       this.pool?.adaptive?.inflight(-1);
     }
 
-    // 3. Settle: charge what was served.
+    // 3. Settle: charge what was served, with the same numbers for budgets, cost and the record.
     const usage = this.reader?.usage;
     const workerAnswered = "answered" in ending;
     // A worker error (4xx/5xx) without usage generated nothing; nor did a request never served.
     const nothingServed = workerAnswered ? status >= 400 && usage === undefined : !bytesSent;
+    const charge = nothingServed ? undefined : this.charge(usage);
     if (this.hold !== undefined) {
-      if (nothingServed) ctx.budgets.refund(this.hold);
-      else ctx.budgets.settle(this.hold, usage);
+      if (charge === undefined) ctx.budgets.refund(this.hold);
+      else ctx.budgets.settle(this.hold, charge.usage);
     }
     if (slot !== undefined) {
-      if (nothingServed) slot.settle(0);
-      else if (usage !== undefined) slot.settle(usage.inputTokens + usage.outputTokens);
+      slot.settle(charge === undefined ? 0 : charge.usage.inputTokens + charge.usage.outputTokens);
     }
     const estimate = this.estimate;
-    if (!nothingServed && estimate !== undefined) {
-      ctx.metrics.countTenantTokens(
-        this.tenant,
-        usage?.inputTokens ?? estimate.promptTokens,
-        usage?.outputTokens ?? estimate.maxOutputTokens,
-      );
+    if (charge !== undefined) {
+      ctx.metrics.countTenantTokens(this.tenant, charge.usage.inputTokens, charge.usage.outputTokens);
+      // An answer the model ended by itself teaches what requests without a limit produce.
+      if (
+        estimate !== undefined &&
+        this.generates &&
+        !estimate.outputLimited &&
+        charge.source !== "estimated" &&
+        workerAnswered &&
+        status < 400
+      ) {
+        ctx.outputLengths?.learn(this.tenant, estimate.model, charge.usage.outputTokens / estimate.choices);
+      }
     }
 
     // 4. Feed capacity and shedding, count and record.
     const adaptive = this.pool?.adaptive;
     if (adaptive !== undefined) this.feedCapacity(adaptive, status, code, outcome, usage);
     const shedding = this.pool?.shedding;
-    if (shedding !== undefined && slot?.effectiveClass !== undefined && !nothingServed) {
-      shedding.served(
-        slot.effectiveClass,
-        this.tenant,
-        usage !== undefined ? usage.inputTokens + usage.outputTokens : (estimate?.cost ?? 1),
-      );
+    if (shedding !== undefined && slot?.effectiveClass !== undefined && charge !== undefined) {
+      shedding.served(slot.effectiveClass, this.tenant, charge.usage.inputTokens + charge.usage.outputTokens);
     }
     ctx.metrics.countHttpStatus(status);
     const sink = ctx.outcomes;
     const spans = this.spans;
     if (sink !== undefined || spans !== undefined) {
-      const record = this.record(status, code, outcome, nothingServed, usage);
+      const record = this.record(status, code, outcome, charge);
       sink?.record(record);
       spans?.ended(record, this.pool?.name);
     }
@@ -544,6 +568,28 @@ export class Lease implements ExchangeOwner, CancelSignal {
     }
   }
 
+  /**
+   * What a served request is charged (docs/tenants.md, "Token accounting"): the worker's usage when
+   * it reported one; for a stream without usage, its events counted (events x the worker's tokens
+   * per event, as adaptive capacity reads a stream's pace) with the prompt estimated; for a whole
+   * generated answer without usage, an estimate from its text. Never 0 output tokens for a
+   * generated answer: it produced at least one. A request that generates nothing (an embedding)
+   * without usage is charged its prompt estimate.
+   */
+  private charge(usage: Usage | undefined): Charge {
+    if (usage !== undefined) return { usage, source: "reported" };
+    const inputTokens = this.estimate?.promptTokens ?? 0;
+    const reader = this.reader;
+    if (reader?.isStream === true) {
+      // Token events: all but the sure framing ones and one more (a role or a finish chunk).
+      const tokenEvents = reader.events - reader.framingEvents - 1;
+      const outputTokens = Math.max(1, Math.round(tokenEvents * this.tokensPerEvent));
+      return { usage: { inputTokens, outputTokens }, source: "counted" };
+    }
+    const outputTokens = this.generates ? Math.max(1, reader?.estimatedOutputTokens ?? 1) : 0;
+    return { usage: { inputTokens, outputTokens }, source: "estimated" };
+  }
+
   /** The gateway's answer for a failure; upstream failures are counted and logged here. */
   private errorFor(failure: unknown): GatewayError {
     if (this.clientGone) {
@@ -577,8 +623,7 @@ export class Lease implements ExchangeOwner, CancelSignal {
     status: number,
     code: ErrorCode | undefined,
     outcome: OutcomeKind,
-    nothingServed: boolean,
-    usage: Usage | undefined,
+    charge: Charge | undefined,
   ): OutcomeRecord {
     const slot = this.slot;
     let requested = slot?.requestedClass;
@@ -593,16 +638,11 @@ export class Lease implements ExchangeOwner, CancelSignal {
       effective = classes?.effective;
     }
     const estimate = this.estimate;
-    const charged = nothingServed
-      ? undefined
-      : (usage ??
-        (estimate
-          ? { inputTokens: estimate.promptTokens, outputTokens: estimate.maxOutputTokens }
-          : undefined));
     const admission: AdmissionPath = slot === undefined ? "rejected" : slot.admission;
     return {
       tsMs: this.tsMs,
       requestId: this.requestId,
+      sluiceRequestId: this.sluiceRequestId,
       tenantId: this.tenant,
       model: estimate?.model,
       requestedClass: requested,
@@ -611,13 +651,14 @@ export class Lease implements ExchangeOwner, CancelSignal {
       outcome,
       status,
       errorCode: code,
-      queueWaitMs: slot?.queueWaitMs ?? 0,
+      queueWaitMs: slot?.queueWaitMs ?? this.queuedMs,
       ttftMs: this.firstByteMs,
       durationMs: performance.now() - this.t0,
       estimatedTokens: estimate?.cost ?? 0,
-      inputTokens: usage?.inputTokens,
-      outputTokens: usage?.outputTokens,
-      costUsd: charged !== undefined ? this.ctx.budgets.costUsd(estimate?.model, charged) : undefined,
+      inputTokens: charge?.usage.inputTokens,
+      outputTokens: charge?.usage.outputTokens,
+      tokenSource: charge?.source,
+      costUsd: charge !== undefined ? this.ctx.budgets.costUsd(estimate?.model, charge.usage) : undefined,
       worker: this.worker?.url,
       attempts: this.attempts,
     };

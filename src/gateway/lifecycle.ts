@@ -30,12 +30,13 @@ import type { RetryCounter } from "../metrics/routing.js";
 import { BodyRoutingRequest } from "../routing/request.js";
 import { type RetryReason, retryableFailure, retryableStatus, retryBackoffMs } from "../routing/retry.js";
 import { readBody } from "./body.js";
-import { estimateRequest, type RequestEstimate } from "./cost.js";
+import { estimateRequest, generatesOutput, type RequestEstimate } from "./cost.js";
 import { withDefaultModel } from "./default-model.js";
 import { requestHeadersForWorker } from "./headers.js";
 import { GatewayError } from "./http-errors.js";
 import type { Lease } from "./lease.js";
 import type { ModelPool, ModelPools } from "./model-pools.js";
+import type { OutputLengths } from "./output-lengths.js";
 import { checkRequest } from "./request-checks.js";
 import type { TenantActivity } from "./tenant-activity.js";
 import type { TenantResolver } from "./tenants.js";
@@ -59,6 +60,10 @@ export interface LifecycleContext {
   readonly upstreamTimeoutMs: number;
   /** The cost ceiling in force. */
   maxCostTokens(): number;
+  /** Recent output lengths, for the budget reservation of a request without max_tokens. */
+  readonly outputLengths: OutputLengths;
+  /** `default_output_tokens`: the reservation when no history exists; undefined = the model's context. */
+  readonly defaultOutputTokens: number | undefined;
   readonly capacityMetrics: CapacityMetrics;
   /** `sluice_upstream_retries_total{reason}`. */
   readonly retries: RetryCounter;
@@ -76,6 +81,7 @@ export async function runLifecycle(ctx: LifecycleContext, lease: Lease, req: Inc
     const body = await readBody(req, ctx.maxPayloadSize, ctx.bodyIdleMs);
     const estimate = parseBody(ctx, req, body);
     lease.estimate = estimate;
+    lease.generates = generatesOutput(req.url ?? "/");
     // The tenant's own limits answer first (403 model_not_allowed before 404 model_not_found).
     policy(ctx, lease, estimate);
     const pool = route(ctx, estimate);
@@ -137,13 +143,29 @@ function policy(ctx: LifecycleContext, lease: Lease, estimate: RequestEstimate):
   if (!budgets.governs(lease.tenant)) return;
   const verdict = budgets.check(lease.tenant, estimate.model, {
     inputTokens: estimate.promptTokens,
-    outputTokens: estimate.maxOutputTokens,
+    outputTokens:
+      estimate.outputLimited || !lease.generates
+        ? estimate.maxOutputTokens
+        : outputReservation(ctx, lease.tenant, estimate),
   });
   if (!verdict.ok) {
     ctx.metrics.countBudgetRejection(lease.tenant, verdict.code);
     throw new GatewayError(verdict.code, verdict.message, { retryAfterSecs: verdict.retryAfterSecs });
   }
   lease.hold = verdict;
+}
+
+/**
+ * The output a budget holds for a request that sets no limit (output-lengths.ts): the tenant's or
+ * the model's recent p95 per answer, else `default_output_tokens`, else what the model's context
+ * leaves after the prompt; times `n`, within the cost ceiling. Never 0: a request that may produce
+ * output holds some.
+ */
+function outputReservation(ctx: LifecycleContext, tenant: string, estimate: RequestEstimate): number {
+  const ceiling = ctx.maxCostTokens();
+  const context = Math.max(1, ceiling - estimate.promptTokens);
+  const per = ctx.outputLengths.reservation(tenant, estimate.model, ctx.defaultOutputTokens, context);
+  return Math.max(1, Math.min(Math.min(per.tokens, ceiling) * estimate.choices, ceiling));
 }
 
 // --- shed --------------------------------------------------------------------------------------
@@ -206,11 +228,15 @@ async function admit(
       tenant: lease.tenant,
       cost: estimate.cost,
       signal: lease,
-      requestId: lease.requestId,
+      // The gateway's id, never the client's: a shared backend keys the budget hold on it.
+      requestId: lease.sluiceRequestId,
       hold: lease.hold,
     });
     lease.admitted(slot);
   } catch (err) {
+    // Left the queue without a slot (408 after its queue timeout, 499 gone while queued): the time
+    // it waited, as the admission backend measured it, is its row's queue_wait_ms.
+    if (err instanceof AdmissionError && err.queueWaitMs !== undefined) lease.leftQueue(err.queueWaitMs);
     // Queued in a pool whose workers all left: the answer is theirs being gone, not the wait.
     if (
       err instanceof AdmissionError &&

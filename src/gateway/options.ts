@@ -103,6 +103,12 @@ export interface GatewayOptions {
   workerApiKey?: string | undefined;
   /** Ceiling of a request's estimated cost in tokens; default: the workers' context length, else 131072. */
   maxCostTokens?: number | undefined;
+  /**
+   * Output tokens a budgeted request without `max_tokens` reserves when neither its tenant nor its
+   * model has a recent history of output lengths (`default_output_tokens`); default: the cost
+   * ceiling less the prompt (the model's context). docs/tenants.md, "Token accounting".
+   */
+  defaultOutputTokens?: number | undefined;
   /** Static (default) or adaptive capacity. */
   capacity?: CapacityOptions | undefined;
   /** Shedding at the door (`load_shedding`, `keyed_shedding` in the gateway file); off when absent. */

@@ -48,9 +48,10 @@ import { type LifecycleContext, runLifecycle } from "./lifecycle.js";
 import { type ModelPool, ModelPools, type PoolFactory } from "./model-pools.js";
 import type { CapacityOptions, GatewayOptions } from "./options.js";
 import type { OutcomeSink } from "./outcome.js";
+import { OutputLengths } from "./output-lengths.js";
 import { loadSchedulerFile } from "./policy-file.js";
 import { checkRequest, pathOf } from "./request-checks.js";
-import { requestIdFor } from "./request-id.js";
+import { newRequestId, requestIdFor } from "./request-id.js";
 import { TenantActivity } from "./tenant-activity.js";
 import { TenantResolver } from "./tenants.js";
 import { WorkerPool } from "./workers.js";
@@ -335,6 +336,8 @@ export async function startGateway(options: GatewayOptions, outcomes?: OutcomeSi
   });
 
   const limits: ClientLimits = { ...DEFAULT_CLIENT_LIMITS, ...options.clientLimits };
+  // Recent output lengths of answers without max_tokens: what a budget reserves for the next one.
+  const outputLengths = new OutputLengths();
   const lifecycle: LifecycleContext = {
     pools,
     workers,
@@ -347,6 +350,8 @@ export async function startGateway(options: GatewayOptions, outcomes?: OutcomeSi
     upstreamTimeoutMs: options.requestTimeoutSecs * 1000,
     // The cost ceiling: configured, else the largest context a worker reports, else a constant.
     maxCostTokens: () => options.maxCostTokens ?? workers.contextLength ?? DEFAULT_MAX_COST_TOKENS,
+    outputLengths,
+    defaultOutputTokens: options.defaultOutputTokens,
     capacityMetrics,
     retries: registerRetryMetrics(metrics.registry),
     logger,
@@ -387,6 +392,7 @@ export async function startGateway(options: GatewayOptions, outcomes?: OutcomeSi
     logger,
     maxRetries: options.maxRetries ?? DEFAULT_MAX_RETRIES,
     upstreamTimeoutMs: options.requestTimeoutSecs * 1000,
+    outputLengths,
     // Loaded only when on: with tracing off the OpenTelemetry SDK is never imported.
     tracing:
       options.otlpEndpoint === undefined
@@ -410,7 +416,10 @@ export async function startGateway(options: GatewayOptions, outcomes?: OutcomeSi
   };
 
   function handle(req: IncomingMessage, res: ServerResponse): void {
-    const requestId = requestIdFor(req.headers["x-request-id"]);
+    // The gateway's own id (unique: it keys the budget hold and the ledger row), and the
+    // correlation id the answer echoes (the client's own when usable, else the gateway's).
+    const sluiceRequestId = newRequestId();
+    const requestId = requestIdFor(req.headers["x-request-id"], sluiceRequestId);
     // While draining every answer says Connection: close, so clients reconnect elsewhere.
     if (draining) res.shouldKeepAlive = false;
     if (req.method === "GET" || req.method === "HEAD") {
@@ -454,7 +463,7 @@ export async function startGateway(options: GatewayOptions, outcomes?: OutcomeSi
     }
     open++;
     res.once("close", onRequestClosed);
-    void runLifecycle(lifecycle, new Lease(leases, req, res, requestId), req);
+    void runLifecycle(lifecycle, new Lease(leases, req, res, requestId, sluiceRequestId), req);
   }
 
   /** Resolves when every request received so far has finished, or after `ms`. */

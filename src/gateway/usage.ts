@@ -95,6 +95,15 @@ function usageInJson(body: Buffer): Usage | undefined {
   }
 }
 
+/** answerChars of a JSON body; undefined when it does not parse. */
+function textCharsOf(body: Buffer): number | undefined {
+  try {
+    return answerChars(JSON.parse(body.toString("utf8")));
+  } catch {
+    return undefined;
+  }
+}
+
 /** The `{...}` value after a key (past blanks and a colon), or undefined when it is not an object. */
 function objectAfter(body: Buffer, from: number): string | undefined {
   let i = from;
@@ -118,6 +127,50 @@ function objectAfter(body: Buffer, from: number): string | undefined {
     else if (c === 0x7b) depth++;
     else if (c === 0x7d && --depth === 0) return body.toString("utf8", start, i + 1);
   }
+  return undefined;
+}
+
+function strLen(v: unknown): number {
+  return typeof v === "string" ? v.length : 0;
+}
+
+/** Characters of a chat message's generated text: content (a string or parts), reasoning, tool calls. */
+function messageChars(message: unknown): number {
+  if (message === null || typeof message !== "object") return 0;
+  const m = message as Record<string, unknown>;
+  let chars = strLen(m.reasoning_content);
+  if (typeof m.content === "string") chars += m.content.length;
+  else if (Array.isArray(m.content)) for (const part of m.content) chars += strLen(part?.text);
+  if (Array.isArray(m.tool_calls))
+    for (const call of m.tool_calls) chars += strLen(call?.function?.arguments);
+  return chars;
+}
+
+/**
+ * Characters of generated text in a whole answer: OpenAI `choices[].message` or `choices[].text`,
+ * SGLang's native `text` (or an array of such answers); undefined for any other shape.
+ */
+function answerChars(doc: unknown): number | undefined {
+  if (Array.isArray(doc)) {
+    let chars = 0;
+    for (const item of doc) {
+      const c = answerChars(item);
+      if (c === undefined) return undefined;
+      chars += c;
+    }
+    return chars;
+  }
+  if (doc === null || typeof doc !== "object") return undefined;
+  const d = doc as Record<string, unknown>;
+  if (Array.isArray(d.choices)) {
+    let chars = 0;
+    for (const choice of d.choices) {
+      if (choice === null || typeof choice !== "object") continue;
+      chars += strLen(choice.text) + messageChars(choice.message);
+    }
+    return chars;
+  }
+  if (typeof d.text === "string") return d.text.length;
   return undefined;
 }
 
@@ -153,6 +206,8 @@ export class UsageReader {
   private found: Usage | undefined;
   private json: Buffer[] = [];
   private jsonBytes = 0;
+  /** A whole answer without usage: its generated text's characters, when its shape was known. */
+  private textChars: number | undefined;
   /** The start of an event whose end has not arrived yet: copies of its pieces, in order. */
   private pending: Buffer[] = [];
   private pendingBytes = 0;
@@ -205,6 +260,15 @@ export class UsageReader {
   /** Bytes held now (an event whose end has not arrived). */
   get heldBytes(): number {
     return this.pendingBytes;
+  }
+
+  /**
+   * For a whole answer without usage: its output tokens estimated as the generated text's characters
+   * / 4 (the prompt's rule, cost.ts), or, when the answer was not one the gateway can read (too large,
+   * not JSON, cut), its bytes / 4.
+   */
+  get estimatedOutputTokens(): number {
+    return Math.ceil((this.textChars ?? this.jsonBytes) / 4);
   }
 
   /** Returns what to send to the client for this chunk (possibly empty). */
@@ -345,6 +409,7 @@ export class UsageReader {
       if (this.jsonBytes > 0 && this.jsonBytes <= MAX_JSON_BYTES) {
         const body = this.json.length === 1 ? this.json[0]! : Buffer.concat(this.json);
         this.found = usageInJson(body);
+        if (this.found === undefined) this.textChars = textCharsOf(body);
       }
       this.json = [];
       return undefined;

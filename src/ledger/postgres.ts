@@ -1,8 +1,9 @@
 /**
  * The shared ledger: PostgreSQL, for several replicas (each row names its replica). A batch is one
- * `INSERT ... SELECT FROM unnest(<one array per column>) ON CONFLICT DO NOTHING`: 19 parameters
- * whatever the batch size, one round trip, and the primary key (request_id, replica, ts_ms) makes a
- * retried batch insert nothing twice.
+ * `INSERT ... SELECT FROM unnest(<one array per column>) ON CONFLICT (sluice_request_id) DO NOTHING`:
+ * one parameter per column whatever the batch size, one round trip, and the unique gateway-made id
+ * makes a retried batch insert nothing twice, while requests that share a client's X-Request-Id are
+ * a row each.
  *
  * The URL may choose a schema: `postgres://u@h/db?options=-c%20search_path%3Dledger`.
  */
@@ -17,7 +18,7 @@ import { redactUrl } from "./target.js";
 const INSERT_SQL =
   `INSERT INTO usage (${USAGE_COLUMNS.map((c) => c.name).join(", ")}) SELECT * FROM unnest(` +
   USAGE_COLUMNS.map((c, i) => `$${i + 1}::${sqlType("postgres", c.type)}[]`).join(", ") +
-  ") ON CONFLICT DO NOTHING";
+  ") ON CONFLICT (sluice_request_id) DO NOTHING";
 
 /** A PostgreSQL or connection error as one line (Node's AggregateError of a refused connect has none). */
 export function pgErrorMessage(err: unknown): string {

@@ -3,6 +3,7 @@
  * exactly these columns, in this order, in every sink (docs/ledger.md).
  */
 import type { OutcomeRecord } from "../gateway/outcome.js";
+import { newRequestId } from "../gateway/request-id.js";
 
 /** Column types, named portably; each sink maps them to its own SQL types. */
 export type ColumnType = "bigint" | "integer" | "double" | "text";
@@ -15,7 +16,11 @@ export interface Column {
 
 const col = (name: string, type: ColumnType, notNull = false): Column => ({ name, type, notNull });
 
-/** The `usage` table, in column order. */
+/**
+ * The `usage` table, in column order. Columns added after the first release come last, in the order
+ * they were added: a ledger written by an older sluice gets them appended (sql.ts, migrations), so
+ * its columns stay in this order too (DuckDB's appender writes by position).
+ */
 export const USAGE_COLUMNS: readonly Column[] = [
   col("ts_ms", "bigint", true),
   col("request_id", "text", true),
@@ -36,6 +41,9 @@ export const USAGE_COLUMNS: readonly Column[] = [
   col("estimated_tokens", "bigint", true),
   col("cost_usd", "double"),
   col("worker", "text"),
+  // Added with issue 35. Null in rows an older sluice wrote.
+  col("sluice_request_id", "text"),
+  col("token_source", "text"),
 ];
 
 /** A `usage` row as a tuple in column order: cheap to buffer, to post to a worker and to bind. */
@@ -59,6 +67,8 @@ export type LedgerRow = [
   estimatedTokens: number,
   costUsd: number | null,
   worker: string | null,
+  sluiceRequestId: string,
+  tokenSource: string | null,
 ];
 
 /** Index of ts_ms in a row. */
@@ -113,6 +123,9 @@ export function toLedgerRow(o: OutcomeRecord, replica: string): LedgerRow {
     Math.round(num(o.estimatedTokens)),
     optNum(o.costUsd),
     optText(o.worker),
+    // The row's key: the gateway's id (a record built elsewhere without one gets a fresh one).
+    text(o.sluiceRequestId ?? newRequestId()),
+    o.tokenSource ?? null,
   ];
 }
 

@@ -43,9 +43,13 @@ function columnsDdl(
 }
 
 /**
- * Creates what is missing. PostgreSQL keys `usage` on (request_id, replica, ts_ms), so a batch
- * retried after a lost acknowledgement inserts nothing twice; DuckDB has no index (an index would
- * live in the gateway's memory) and deduplicates a retried batch with an anti-join instead.
+ * Creates what is missing, and brings a ledger an older sluice wrote up to date (docs/ledger.md,
+ * "Ledgers written by an older sluice"): the columns it lacks are added (nullable, at the end, in
+ * USAGE_COLUMNS order), and in PostgreSQL the old primary key (request_id, replica, ts_ms), which
+ * dropped the rows of requests reusing an X-Request-Id, is replaced by a unique index on the
+ * gateway's own id. PostgreSQL's unique `sluice_request_id` makes a batch retried after a lost
+ * acknowledgement insert nothing twice; DuckDB has no index (an index would live in the gateway's
+ * memory) and deduplicates a retried batch with an anti-join on the same column instead.
  */
 export function schemaStatements(dialect: Dialect): string[] {
   const usage = columnsDdl(dialect, USAGE_COLUMNS);
@@ -53,16 +57,44 @@ export function schemaStatements(dialect: Dialect): string[] {
   if (dialect === "duckdb") {
     return [
       `CREATE TABLE IF NOT EXISTS usage (${usage})`,
+      ...USAGE_COLUMNS.map(
+        (c) => `ALTER TABLE usage ADD COLUMN IF NOT EXISTS ${c.name} ${sqlType(dialect, c.type)}`,
+      ),
       `CREATE TABLE IF NOT EXISTS usage_minute (${rollup})`,
       TO_UNIX_TIMESTAMP_MACRO,
     ];
   }
   return [
-    `CREATE TABLE IF NOT EXISTS usage (${usage}, PRIMARY KEY (request_id, replica, ts_ms))`,
+    `CREATE TABLE IF NOT EXISTS usage (${usage})`,
+    postgresMigration(),
+    `CREATE UNIQUE INDEX IF NOT EXISTS ${PG_KEY_INDEX} ON usage (sluice_request_id)`,
     "CREATE INDEX IF NOT EXISTS usage_ts_ms_idx ON usage (ts_ms)",
     `CREATE TABLE IF NOT EXISTS usage_minute (${rollup})`,
     "CREATE INDEX IF NOT EXISTS usage_minute_minute_ms_idx ON usage_minute (minute_ms)",
   ];
+}
+
+/** The unique index on the gateway's id: every row's key, and a retried batch's conflict target. */
+export const PG_KEY_INDEX = "usage_sluice_request_id_key";
+
+/**
+ * One DO block that alters `usage` only when it must (an ALTER TABLE takes an exclusive lock, and
+ * every replica runs this at each start): adds each missing column, and drops the primary key an
+ * older sluice made on (request_id, replica, ts_ms).
+ */
+function postgresMigration(): string {
+  const columns = USAGE_COLUMNS.map(
+    (c) =>
+      "IF NOT EXISTS (SELECT 1 FROM information_schema.columns WHERE table_schema = current_schema() " +
+      `AND table_name = 'usage' AND column_name = '${c.name}') THEN ` +
+      `ALTER TABLE usage ADD COLUMN ${c.name} ${sqlType("postgres", c.type)}; END IF;`,
+  );
+  return (
+    `DO $$ BEGIN ${columns.join(" ")} ` +
+    "IF EXISTS (SELECT 1 FROM pg_constraint WHERE conrelid = 'usage'::regclass AND contype = 'p') THEN " +
+    "EXECUTE (SELECT 'ALTER TABLE usage DROP CONSTRAINT ' || quote_ident(conname) FROM pg_constraint " +
+    "WHERE conrelid = 'usage'::regclass AND contype = 'p'); END IF; END $$"
+  );
 }
 
 /** ClickHouse's `toUnixTimestamp` (whole seconds), so obleth's ledger queries run as written. */
@@ -126,11 +158,14 @@ export function retentionStatements(
   };
 }
 
-/** `INSERT INTO usage` of a retried batch, from the staging table, leaving out rows already in. */
+/**
+ * `INSERT INTO usage` of a retried batch, from the staging table, leaving out rows already in: by the
+ * gateway's id, never the client's (two requests with one X-Request-Id are two rows).
+ */
 export function dedupInsertSql(staging: string, loMs: number, hiMs: number): string {
   return (
     `INSERT INTO usage SELECT s.* FROM ${staging} s WHERE NOT EXISTS (SELECT 1 FROM usage u ` +
     `WHERE u.ts_ms BETWEEN ${integers([loMs])} AND ${integers([hiMs])} AND u.ts_ms = s.ts_ms ` +
-    "AND u.request_id = s.request_id AND u.replica = s.replica)"
+    "AND u.sluice_request_id = s.sluice_request_id)"
   );
 }

@@ -18,7 +18,10 @@ export interface AdmissionRequest {
   cost: number;
   /** Firing it while queued leaves the queue (client gone). */
   signal: CancelSignal | undefined;
-  /** The request's id (`X-Request-Id`): a shared backend keys the budget hold's idempotence on it. */
+  /**
+   * The gateway's id for the request (`sluice_request_id`: unique per request, never the client's
+   * `X-Request-Id`): a shared backend keys the budget hold on it.
+   */
   requestId?: string | undefined;
   /** The budget hold the policy stage took, for a backend that reserves it with the admission. */
   hold?: unknown;

@@ -23,6 +23,7 @@ import { CLASS_COUNT, CLASS_RANK, classOfRank, type PriorityClass } from "../../
 import type { Clock } from "../../core/clock.js";
 import type { ClassSettingsTable, TenantPolicy } from "../../core/config.js";
 import {
+  AdmissionError,
   ClientCancelledError,
   PreemptedError,
   QueueFullError,
@@ -533,7 +534,9 @@ export class RedisAdmissionBackend implements AdmissionBackend, SlotOwner, Wakeu
     this.leave(waiter);
     const cls = classOfRank(waiter.rank);
     this.count(waiter.rank, outcome, waiter.tenant);
-    this.observer.queueWait?.(cls, (this.clock.now() - waiter.enqueuedAt) / 1000, outcome);
+    const waitedMs = this.clock.now() - waiter.enqueuedAt;
+    this.observer.queueWait?.(cls, waitedMs / 1000, outcome);
+    if (error instanceof AdmissionError) error.queueWaitMs = waitedMs;
     const hold = waiter.hold;
     const refund = hold?.reserved === true;
     // The cancel script refunds the hold: the lease's own refund must not run again.

@@ -4,9 +4,11 @@
  *
  * - `check` runs the checks that need no account (suspended, windows, models) at once and returns
  *   a hold whose reservation is still to be made: the admission backend reserves it inside its
- *   admit script (reserve-then-reconcile, one round trip for both), keyed by the request id.
+ *   admit script (reserve-then-reconcile, one round trip for both), keyed by the gateway's id for
+ *   the request (`sluice_request_id`, unique per request; never the client's X-Request-Id, which a
+ *   client may send on every request: docs/replicas.md).
  * - `settle` / `refund` ride on the slot's release script when the hold belongs to a slot still
- *   being released, else run one budget script; both are idempotent by request id.
+ *   being released, else run one budget script; both are idempotent by that id.
  * - While Redis is away (fail mode local) the book answers from a local BudgetBook whose limits are
  *   this replica's share (tokens_per_minute / N, what was left of each term budget / N); the usage
  *   served meanwhile is added to Redis when it returns.
@@ -23,6 +25,7 @@ import {
 import type { Clock } from "../../core/clock.js";
 import type { Pricing, TenantPolicy } from "../../core/config.js";
 import { GatewayError } from "../../gateway/http-errors.js";
+import { newRequestId } from "../../gateway/request-id.js";
 import type { StateKeys } from "./keys.js";
 import { runScript } from "./scripts.js";
 
@@ -44,7 +47,10 @@ export class SharedHold implements BudgetHold {
     readonly model: string | undefined,
     readonly estimate: Usage,
     readonly periodStart: number,
-    /** The request's id (X-Request-Id): a retry with the same id is charged once. */
+    /**
+     * The gateway's id for the request (`sluice_request_id`, unique per request), never the client's
+     * X-Request-Id: the hold's key in Redis, so every request holds its own reservation.
+     */
     public requestId: string,
     readonly tokens: number,
     readonly usd: number,
@@ -111,8 +117,6 @@ function hasAccount(policy: TenantPolicy | undefined): policy is TenantPolicy {
   );
 }
 
-let holdSeq = 0;
-
 export class SharedBudgetBook extends BudgetBook {
   private readonly shared: SharedBudgetOptions;
   private sharedPolicies: ReadonlyMap<string, TenantPolicy>;
@@ -158,7 +162,8 @@ export class SharedBudgetBook extends BudgetBook {
       model,
       estimate,
       start,
-      `h${process.pid}.${++holdSeq}`,
+      // Replaced by the request's own id at admission (the same: unique per request).
+      newRequestId(),
       estimate.inputTokens + estimate.outputTokens,
       this.costUsd(model, estimate),
       policy,
@@ -166,8 +171,8 @@ export class SharedBudgetBook extends BudgetBook {
   }
 
   /** Reserves a hold with its own round trip (when no admit script carries it). Throws the refusal. */
-  async reserve(hold: SharedHold, requestId?: string): Promise<void> {
-    const id = requestId ?? hold.requestId;
+  async reserve(hold: SharedHold): Promise<void> {
+    const id = hold.requestId;
     const started = performance.now();
     const verdict = (await runScript(
       this.shared.client,
@@ -176,8 +181,9 @@ export class SharedBudgetBook extends BudgetBook {
       ["reserve", ...hold.reservationArgs()],
     )) as string[];
     this.shared.onRoundTrip?.("budget", (performance.now() - started) / 1000);
-    if (verdict[0] === "ok") hold.reserved = true;
-    else if (verdict[0] !== "dup") throw budgetRefusal(hold, verdict[0]!, verdict[1] ?? "0");
+    // "dup": this hold's own reservation is already in Redis (the id is the gateway's, unique).
+    if (verdict[0] === "ok" || verdict[0] === "dup") hold.reserved = true;
+    else throw budgetRefusal(hold, verdict[0]!, verdict[1] ?? "0");
   }
 
   /** Moves a not-yet-reserved shared hold onto the local share (Redis went away meanwhile). */

@@ -198,10 +198,10 @@ export async function startSharedState(options: SharedStateOptions): Promise<Sha
 function reservingBudgets(backend: AdmissionBackend, budgets: SharedBudgetBook): AdmissionBackend {
   const acquire = backend.acquire.bind(backend);
   backend.acquire = async (request: AdmissionRequest): Promise<Slot> => {
-    const owner = request.signal as { hold?: unknown; requestId?: unknown } | undefined;
-    const hold = owner?.hold;
+    const hold = request.hold;
     if (hold instanceof SharedHold && !hold.reserved && !hold.settled) {
-      if (typeof owner?.requestId === "string") hold.requestId = owner.requestId;
+      // The gateway's id for the request (unique), never the client's X-Request-Id.
+      if (request.requestId !== undefined) hold.requestId = request.requestId;
       if (budgets.isLocal) hold.delegate = budgets.reserveLocally(hold);
       else await budgets.reserve(hold);
     }

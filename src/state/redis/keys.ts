@@ -5,7 +5,8 @@
  *
  *   <prefix>{<tag>}:pool:<pool>:<name>   a pool's admission state (pool-state.ts lists the names)
  *   <prefix>{<tag>}:budget:<tenant>      a tenant's bucket and term usage
- *   <prefix>{<tag>}:hold:<tenant>:<id>  one request's budget hold (expires after a day)
+ *   <prefix>{<tag>}:hold:<tenant>:<id>  one request's budget hold, by the gateway's request id
+ *                                        (sluice_request_id, never the client's; expires after a day)
  *   <prefix>{<tag>}:ch:<replica token>   a replica's wake-up channel; `ch:*` is the fleet's
  *
  * The tag is the prefix without braces and trailing separators (`sluice:` -> `sluice:{sluice}:`);

@@ -107,8 +107,9 @@ local held = '0'
 if ARGV[A + 9] == '1' then
   local verdict = budgetReserve(KEYS[2], KEYS[3], tonumber(ARGV[A + 10]), tonumber(ARGV[A + 11]),
     tonumber(ARGV[A + 12]), tonumber(ARGV[A + 13]), tonumber(ARGV[A + 14]), tonumber(ARGV[A + 15]))
-  if verdict[1] == 'ok' then held = '1'
-  elseif verdict[1] ~= 'dup' then
+  -- 'dup': this request's own hold (the id is the gateway's, unique) is in place: it is held.
+  if verdict[1] == 'ok' or verdict[1] == 'dup' then held = '1'
+  else
     save()
     ${withSnapshot("{'budget', '0', verdict[1] .. '|' .. verdict[2]}")}
   end

@@ -5,8 +5,10 @@
  *   overrun: the estimate must fit in what is left. The bucket follows the in-process rule (a
  *   request is admitted when the bucket covers min(estimate, tokens_per_minute)).
  * - close: at the end the hold is settled by actual - estimate (or kept, or refunded whole).
- * Both are idempotent by request id: a hold record per request remembers whether it is held,
- * settled or refunded, so a retry with the same id is not charged twice and a settle is applied once.
+ * Both are idempotent by the gateway's request id (`sluice_request_id`, unique per request; never the
+ * client's X-Request-Id): a hold record per request remembers whether it is held, settled or
+ * refunded, so a settle is applied once. Every request has its own hold: "dup" (the hold exists)
+ * means this request's own reservation is in place already, and it counts as held.
  *
  * Tenant hash: lvl (bucket level), at (ms of lvl), ps (period start, epoch ms), ut (tokens used),
  * uu (USD used). Hold hash: s (held | settled | refunded), t (tokens), u (USD), ps. The functions
