@@ -200,6 +200,7 @@ async function admit(
   if (shedClass !== undefined) shedding!.queue(shedClass, lease.tenant, 1);
   const started = shedClass === undefined ? 0 : performance.now();
   lease.spans?.queueStarted();
+  let admitted = false;
   try {
     const slot = await pool.admission.acquire({
       priority: Array.isArray(priority) ? priority[0] : priority,
@@ -209,6 +210,7 @@ async function admit(
       requestId: lease.requestId,
       hold: lease.hold,
     });
+    admitted = true;
     lease.admitted(slot);
   } catch (err) {
     // Queued in a pool whose workers all left: the answer is theirs being gone, not the wait.
@@ -225,7 +227,7 @@ async function admit(
     feedback?.queued(-1);
     if (shedClass !== undefined) {
       shedding!.queue(shedClass, lease.tenant, -1);
-      shedding!.queueWait(shedClass, performance.now() - started);
+      shedding!.queueWait(shedClass, performance.now() - started, admitted);
     }
   }
 }
