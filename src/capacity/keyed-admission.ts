@@ -1,8 +1,9 @@
 /**
  * Keyed shedding, after kyo's admission regulator: an admission percentage regulated by queue
- * delay, and a deterministic decision per key. Inside one rotation window a key (a session, else a
- * tenant) is either served or refused, never half-served; the next window reshuffles who is refused,
- * so nobody is locked out for long.
+ * delay, and a deterministic decision per key. Inside one rotation window, at a given percentage, a
+ * key (a session, else a tenant) is either served or refused, never half-served; a move of the
+ * percentage changes the answer of only the keys whose buckets it crosses. The next window
+ * reshuffles who is refused, so nobody is locked out for long.
  *
  * Control law, once per tick (the caller runs tick() every `intervalMs`):
  *   delay = the longest wait of the requests let in since the last tick; when none was let in,
