@@ -140,7 +140,9 @@ export class LoadShedding {
     // In a keyed class both cuts go by the key's bucket: one order of sessions, the stricter cut
     // wins. Each on its own draw, their refusals multiplied and fell inside admitted sessions.
     k?.arrived();
-    const bucket = k?.bucketOf(key);
+    // The hash only while either cuts (nothing is shed at 100 % and threshold 0, the common case).
+    const cutting = k !== undefined && (k.percent < 100 || (p !== undefined && p.threshold > 0));
+    const bucket = cutting ? k.bucketOf(key) : undefined;
     const level = p?.level(cls, tenant) ?? 0;
     if (p?.shouldShed(cls, level, bucket === undefined ? undefined : bucket / 10_000)) {
       const codel = p.threshold <= level;
