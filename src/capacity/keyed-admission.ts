@@ -1,17 +1,35 @@
 /**
  * Keyed shedding, after kyo's admission regulator: an admission percentage regulated by queue
- * delay, and a deterministic decision per key. Inside one rotation window a key (a session, else a
- * tenant) is either served or refused, never half-served; the next window reshuffles who is refused,
- * so nobody is locked out for long.
+ * delay, and a deterministic decision per key. Inside one rotation window, at a given percentage, a
+ * key (a session, else a tenant) is either served or refused, never half-served; a move of the
+ * percentage changes the answer of only the keys whose buckets it crosses. The next window
+ * reshuffles who is refused, so nobody is locked out for long.
  *
  * Control law, once per tick (the caller runs tick() every `intervalMs`):
- *   delay = the highest queue delay observed since the last tick (0 when none)
- *   delay > targetDelayMs        -> percent -= max(1, percent * decreaseFraction)   (multiplicative)
+ *   delay = the longest wait of the requests let in since the last tick; when none was let in,
+ *           the longest wait of those that gave up (a queue timeout); 0 when neither
+ *   delay > targetDelayMs, draining -> hold (the last cut is already emptying the queue)
+ *   delay > targetDelayMs        -> percent -= max(1, percent * decreaseFraction)   (multiplicative),
+ *                                   but not below SERVED_FLOOR x the served share (below)
  *   delay < targetDelayMs / 2    -> percent += increaseStep                         (additive)
  *   otherwise                    -> hold (the dead band keeps it from oscillating)
  *   percent stays within [minPercent, 100].
+ * Draining: the delay fell since the last tick, fast enough to reach the target within
+ * DRAIN_TICKS more ticks at that pace. A queue wait is measured as its request leaves the queue,
+ * so it tells of the queue as it was when that request joined it: after a cut the waits stay
+ * above the target until the queue built before the cut is gone. Cutting again on every such
+ * tick took the percentage far below what the workers serve (over real HTTP, a sawtooth between
+ * 17 and 45 % where 37 % keeps the worker at its knee). A wait that ended in a timeout is older
+ * still (it joined a whole queue timeout ago), so it counts only when nobody was let in.
+ * Served share: the requests of the keyed classes served since the last tick over those that
+ * arrived (let in or refused), in percent; known when the caller reports both (arrived(),
+ * served()). The workers are serving that share of the keys' traffic now, so a cut below
+ * 0.9 x of it only idles them once the queue has drained; the 0.9 still drains it. A worker that
+ * serves little (overloaded, or stalled) gives a low floor, and the cut goes as deep as it must.
  * Decision: reject(key) <=> bucket(key, window) >= percent * 100, where bucket is a 32-bit hash of
- * the key and the window index, reduced to 0..9999 (a resolution of 0.01 %).
+ * the key and the window index, reduced to 0..9999 (a resolution of 0.01 %). The prioritizer's
+ * fractional cut of a keyed class uses the same bucket (load-shedding.ts), so the two shedders
+ * refuse the same keys first and their cuts do not multiply.
  *
  * Defaults: targetDelayMs 2000, rotationWindowMs 600000 (10 minutes), decreaseFraction 0.1,
  * increaseStep 2, minPercent 0, intervalMs 1000.
@@ -60,6 +78,13 @@ export function keyBucket(key: string, window: number): number {
   return fmix32(fnv1a(key) ^ fmix32(Math.imul(window + 1, 0x9e3779b1))) % 10_000;
 }
 
+/** Ticks within which a falling delay must reach the target for the regulator to hold. */
+export const DRAIN_TICKS = 5;
+/** A delay under half the target that rose by more than this x the target since the last tick holds. */
+export const RISE_TOLERANCE = 0.05;
+/** A cut stops at this fraction of the share of the keys' arrivals served in the last interval. */
+export const SERVED_FLOOR = 0.9;
+
 function check(ok: boolean, key: string, message: string): void {
   if (!ok) throw new ConfigError(key, message);
 }
@@ -68,6 +93,14 @@ export class KeyedAdmission {
   private readonly options: Required<KeyedAdmissionOptions>;
   private current = 100;
   private worstDelay = 0;
+  /** Nobody was let in since the last tick: the longest wait that gave up instead. */
+  private worstGaveUp = 0;
+  private admittedSinceTick = false;
+  /** The delay the last tick acted on. */
+  private lastDelay = 0;
+  /** Arrivals and served requests of the keyed classes since the last tick. */
+  private arrivals = 0;
+  private servedCount = 0;
   private allowedCount = 0;
   private rejectedCount = 0;
 
@@ -109,19 +142,47 @@ export class KeyedAdmission {
     return this.current;
   }
 
-  /** A queue delay (a request's wait, or the oldest waiter's age), ms. */
+  /** The queue wait of a request let in (or the oldest waiter's age), ms. */
   observeDelay(delayMs: number): void {
+    this.admittedSinceTick = true;
     if (delayMs > this.worstDelay) this.worstDelay = delayMs;
+  }
+
+  /** The queue wait of a request that left without a slot (timeout, cancel), ms. */
+  observeGaveUp(delayMs: number): void {
+    if (delayMs > this.worstGaveUp) this.worstGaveUp = delayMs;
+  }
+
+  /** A request of a keyed class arrived (let in or refused, by either shedder). */
+  arrived(): void {
+    this.arrivals++;
+  }
+
+  /** A request of a keyed class was served. */
+  served(): void {
+    this.servedCount++;
   }
 
   /** Moves the percentage by the law above; call once per interval. */
   tick(): void {
     const { targetDelayMs, decreaseFraction, increaseStep, minPercent } = this.options;
-    const delay = this.worstDelay;
+    const delay = this.admittedSinceTick ? this.worstDelay : this.worstGaveUp;
+    const fall = this.lastDelay - delay;
+    const servedShare = this.arrivals > 0 ? Math.min(100, (100 * this.servedCount) / this.arrivals) : 0;
     this.worstDelay = 0;
+    this.worstGaveUp = 0;
+    this.admittedSinceTick = false;
+    this.lastDelay = delay;
+    this.arrivals = 0;
+    this.servedCount = 0;
     if (delay > targetDelayMs) {
-      this.current = Math.max(minPercent, this.current - Math.max(1, this.current * decreaseFraction));
-    } else if (delay < targetDelayMs / 2) {
+      const draining = fall > 0 && delay - targetDelayMs <= DRAIN_TICKS * fall;
+      if (!draining) {
+        const cut = this.current - Math.max(1, this.current * decreaseFraction);
+        const floor = Math.min(this.current, SERVED_FLOOR * servedShare);
+        this.current = Math.max(minPercent, cut, floor);
+      }
+    } else if (delay < targetDelayMs / 2 && -fall <= RISE_TOLERANCE * targetDelayMs) {
       this.current = Math.min(100, this.current + increaseStep);
     }
   }
@@ -132,15 +193,20 @@ export class KeyedAdmission {
   }
 
   /** True when this key is refused now; the same key gets the same answer for the whole window. */
-  reject(key: string): boolean {
+  reject(key: string, bucket?: number): boolean {
     if (this.current >= 100) {
       this.allowedCount++;
       return false;
     }
-    const refused = keyBucket(key, this.window) >= this.current * 100;
+    const refused = (bucket ?? keyBucket(key, this.window)) >= this.current * 100;
     if (refused) this.rejectedCount++;
     else this.allowedCount++;
     return refused;
+  }
+
+  /** The key's bucket (0..9999) in the window in force. */
+  bucketOf(key: string): number {
+    return keyBucket(key, this.window);
   }
 
   /** Milliseconds until the pattern rotates (a refused key's Retry-After is at most this). */

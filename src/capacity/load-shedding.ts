@@ -135,13 +135,20 @@ export class LoadShedding {
   check(cls: PriorityClass, tenant: string, session: string | undefined): ShedVerdict {
     if (cls === "system") return PASS;
     const p = this.prioritizer;
+    const k = this.keyedClasses.has(cls) ? this.keyed : undefined;
+    const key = session || tenant;
+    // In a keyed class both cuts go by the key's bucket: one order of sessions, the stricter cut
+    // wins. Each on its own draw, their refusals multiplied and fell inside admitted sessions.
+    k?.arrived();
+    // The hash only while either cuts (nothing is shed at 100 % and threshold 0, the common case).
+    const cutting = k !== undefined && (k.percent < 100 || (p !== undefined && p.threshold > 0));
+    const bucket = cutting ? k.bucketOf(key) : undefined;
     const level = p?.level(cls, tenant) ?? 0;
-    if (p?.shouldShed(cls, level)) {
+    if (p?.shouldShed(cls, level, bucket === undefined ? undefined : bucket / 10_000)) {
       const codel = p.threshold <= level;
       return { shed: true, reason: codel ? "codel" : "level", retryAfterSecs: p.retryAfterSecs(cls) };
     }
-    const k = this.keyed;
-    if (k !== undefined && this.keyedClasses.has(cls) && k.reject(session || tenant)) {
+    if (k?.reject(key, bucket)) {
       return {
         shed: true,
         reason: "keyed",
@@ -164,14 +171,17 @@ export class LoadShedding {
     else if (delta > 0) byTenant.set(tenant, { n: delta });
   }
 
-  /** How long a request of `cls` waited for its slot (admitted or not). */
-  queueWait(cls: PriorityClass, waitMs: number): void {
+  /** How long a request of `cls` waited in the queue; `admitted`: it left with a slot. */
+  queueWait(cls: PriorityClass, waitMs: number, admitted = true): void {
     this.prioritizer?.recordQueueWait(cls, waitMs);
-    if (this.keyedClasses.has(cls)) this.keyed?.observeDelay(waitMs);
+    if (!this.keyedClasses.has(cls)) return;
+    if (admitted) this.keyed?.observeDelay(waitMs);
+    else this.keyed?.observeGaveUp(waitMs);
   }
 
   /** A served request's tokens: usage levels and the completion rate. */
   served(cls: PriorityClass, tenant: string, tokens: number): void {
+    if (this.keyedClasses.has(cls)) this.keyed?.served();
     const p = this.prioritizer;
     if (p === undefined) return;
     p.recordCompletion();

@@ -213,8 +213,14 @@ export class Prioritizer {
     return base + 99 - (this.usageLevels.get(cls)?.get(tenant) ?? 0);
   }
 
-  /** True when a request at this level (of this class) is to be refused now. */
-  shouldShed(cls: PriorityClass, level: number): boolean {
+  /**
+   * True when a request at this level (of this class) is to be refused now. `keyDraw` (0..1), when
+   * given, decides the threshold level's fraction instead of the running draw: the request is
+   * refused when keyDraw >= the admitted share 1 - (threshold - floor(threshold)). Keyed shedding
+   * passes its key's bucket, so a session is refused or let in whole, and a key the keyed
+   * regulator refuses is among the first this cut refuses too (the stricter cut wins).
+   */
+  shouldShed(cls: PriorityClass, level: number, keyDraw?: number): boolean {
     if (cls === "system") return false;
     if (level >= 0 && level < LEVELS) this.arrivals[Math.floor(level)]!++;
     const s = this.sojourn.get(cls);
@@ -222,8 +228,11 @@ export class Prioritizer {
     const whole = Math.floor(t);
     let refuse = level < whole;
     if (!refuse && level < whole + 1 && t > whole) {
-      this.draw = (this.draw + GOLDEN_FRACTION) % 1;
-      refuse = this.draw < t - whole;
+      if (keyDraw !== undefined) refuse = keyDraw >= 1 - (t - whole);
+      else {
+        this.draw = (this.draw + GOLDEN_FRACTION) % 1;
+        refuse = this.draw < t - whole;
+      }
     }
     if (!refuse && s !== undefined) {
       const now = this.clock.now();

@@ -222,6 +222,7 @@ async function admit(
   if (shedClass !== undefined) shedding!.queue(shedClass, lease.tenant, 1);
   const started = shedClass === undefined ? 0 : performance.now();
   lease.spans?.queueStarted();
+  let admitted = false;
   try {
     const slot = await pool.admission.acquire({
       priority: Array.isArray(priority) ? priority[0] : priority,
@@ -232,6 +233,7 @@ async function admit(
       requestId: lease.sluiceRequestId,
       hold: lease.hold,
     });
+    admitted = true;
     lease.admitted(slot);
   } catch (err) {
     // Left the queue without a slot (408 after its queue timeout, 499 gone while queued): the time
@@ -251,7 +253,7 @@ async function admit(
     feedback?.queued(-1);
     if (shedClass !== undefined) {
       shedding!.queue(shedClass, lease.tenant, -1);
-      shedding!.queueWait(shedClass, performance.now() - started);
+      shedding!.queueWait(shedClass, performance.now() - started, admitted);
     }
   }
 }

@@ -741,8 +741,8 @@ export async function runPolicy(
     gate.adaptive?.inflight(-1);
     req.fair!.finished(req.estimate);
   };
-  /** The request left the admission queue (admitted or not): the queue counts and its wait. */
-  const leaveQueue = (req: SimRequest, now: number) => {
+  /** The request left the admission queue (`admitted`: with a slot): the queue counts and its wait. */
+  const leaveQueue = (req: SimRequest, now: number, admitted: boolean) => {
     queued[req.cls]!--;
     req.pool!.queued--;
     const gate = req.gate!;
@@ -752,7 +752,7 @@ export async function runPolicy(
     if (shedding) {
       const cls = classOfRank(req.cls);
       shedding.queue(cls, req.tenant.spec.key, -1);
-      shedding.queueWait(cls, now - req.arrival);
+      shedding.queueWait(cls, now - req.arrival, admitted);
     }
   };
   const onPreempted = (req: SimRequest) => {
@@ -779,7 +779,7 @@ export async function runPolicy(
     req.pool!.inflight++;
     req.gate!.inflight[req.cls]!++;
     req.gate!.adaptive?.inflight(1);
-    leaveQueue(req, now);
+    leaveQueue(req, now, true);
     req.state = ADMITTED;
     req.ticket = ticket;
     req.admittedAt = now;
@@ -818,7 +818,7 @@ export async function runPolicy(
     handled++;
     const now = clock.now();
     req.fair!.left(req.tenant.index, now);
-    leaveQueue(req, now);
+    leaveQueue(req, now, false);
     if (req.hold) budgets!.refund(req.hold);
     let code = codeOf(err);
     // Queued in a pool whose workers all left: the answer is theirs being gone, not the wait.

@@ -189,6 +189,152 @@ describe("keyed shedding over HTTP", () => {
   });
 });
 
+describe("both shedders over HTTP (issue 35, item 14)", () => {
+  test("in a keyed class the prioritizer's fractional cut goes by session too: every session answered whole", async (t) => {
+    const clock = new ManualClock(Date.UTC(2026, 10, 27, 12));
+    const fleet = await startFleet(t, {
+      workers: [{ maxRunningRequests: 64 }],
+      schedulerYaml: schedulerDoc(),
+      gateway: {
+        clock,
+        shedding: {
+          prioritized: { maxQueueWaitMs: 1000 },
+          keyed: { classes: ["default"], targetDelayMs: 1000, rotationWindowMs: 3_600_000 },
+        },
+      },
+    });
+    const shedding = fleet.gateway.shedding!;
+    const tenant = "anonymous";
+    // One second as the shedders see it: 25 of the tenant's default requests queued, 20 served,
+    // 30 arrivals, waits of 3 s. The prioritizer then admits a fraction of the tenant's level and
+    // the keyed percentage falls.
+    shedding.queue("default", tenant, 25);
+    for (let s = 0; s < 3; s++) {
+      for (let i = 0; i < 20; i++) shedding.prioritizer!.recordCompletion();
+      for (let i = 0; i < 30; i++) shedding.check("default", tenant, `warm-${s}-${i}`);
+      shedding.queueWait("default", 3000);
+      clock.advance(1000);
+    }
+    shedding.queue("default", tenant, -25);
+    const p = shedding.prioritizer!;
+    const level = p.level("default", tenant);
+    const whole = Math.floor(p.threshold);
+    assert.equal(whole, level, `threshold ${p.threshold} at level ${level}`);
+    const share = 1 - (p.threshold - whole);
+    const keyedShare = shedding.keyed!.percent / 100;
+    assert.ok(share > 0.2 && share < 0.9 && keyedShare < 0.95, `prioritizer ${share}, keyed ${keyedShare}`);
+
+    const sessions = Array.from({ length: 40 }, (_, i) => `session-${i}`);
+    const answers = new Map<string, number[]>();
+    for (let round = 0; round < 3; round++) {
+      for (const s of sessions) {
+        const r = await fleet.chat({ max_tokens: 1 }, { "x-session-id": s });
+        const list = answers.get(s) ?? [];
+        list.push(r.status);
+        answers.set(s, list);
+      }
+    }
+    const mixed = [...answers].filter(([, v]) => new Set(v).size > 1).map(([s, v]) => `${s}: ${v.join(",")}`);
+    assert.deepEqual(mixed, [], "sessions both served and shed");
+    const served = [...answers.values()].filter((v) => v[0] === 200).length / sessions.length;
+    // The stricter cut, not the product of the two (40 sessions: a few either way).
+    const expected = Math.min(share, keyedShare);
+    assert.ok(
+      Math.abs(served - expected) <= 0.2 && served > share * keyedShare + 0.05,
+      `served ${served} of the sessions; min ${expected.toFixed(2)}, product ${(share * keyedShare).toFixed(2)}`,
+    );
+  });
+
+  test("2x overload for 10 s: the worker stays busy, every request answered within its queue timeout, sessions whole", async (t) => {
+    // A worker of 4 slots, 100 ms an answer (no slowdown): 40 a second. 20 sessions send 4 a
+    // second each (open loop): twice that. Static capacity (no cold start to wait for), both
+    // shedders, the default class's queue timeout 5 s.
+    const fleet = await startFleet(t, {
+      workers: [{ maxRunningRequests: 4, ttftMs: 20, tokenDelayMs: 10, batchSlowdown: 0 }],
+      schedulerYaml: schedulerDoc({ classes: { default: { queue_timeout_secs: 5 } } }),
+      gateway: {
+        shedding: {
+          prioritized: {},
+          keyed: {
+            header: "x-session-id",
+            classes: ["default"],
+            targetDelayMs: 1000,
+            rotationWindowMs: 3_600_000,
+          },
+        },
+      },
+    });
+    const SESSIONS = 20;
+    const RUN_MS = 10_000;
+    const results: Array<{ session: number; at: number; status: number; ms: number }> = [];
+    const pending: Promise<void>[] = [];
+    const start = performance.now();
+    await new Promise<void>((done) => {
+      let ended = 0;
+      for (let s = 0; s < SESSIONS; s++) {
+        let n = 0;
+        const offset = (s * 250) / SESSIONS;
+        const tick = () => {
+          const due = offset + n * 250;
+          if (due >= RUN_MS) {
+            if (++ended === SESSIONS) done();
+            return;
+          }
+          n++;
+          const sent = performance.now();
+          pending.push(
+            fleet.chat({ max_tokens: 8 }, { "x-session-id": `s${s}` }, AbortSignal.timeout(20_000)).then(
+              (r) => {
+                results.push({
+                  session: s,
+                  at: sent - start,
+                  status: r.status,
+                  ms: performance.now() - sent,
+                });
+              },
+              () => {
+                results.push({ session: s, at: sent - start, status: 0, ms: performance.now() - sent });
+              },
+            ),
+          );
+          setTimeout(tick, Math.max(0, offset + n * 250 - (performance.now() - start)));
+        };
+        setTimeout(tick, offset);
+      }
+    });
+    await Promise.all(pending);
+    const byStatus = new Map<number, number>();
+    for (const r of results) byStatus.set(r.status, (byStatus.get(r.status) ?? 0) + 1);
+    t.diagnostic(`answers by status: ${[...byStatus].map(([k, n]) => `${k} x${n}`).join(", ")}`);
+    const unanswered = results.filter((r) => r.status === 0).length;
+    assert.equal(unanswered, 0, "requests without an answer within 20 s");
+    // Within the queue timeout, plus an answer's time and room for a loaded machine.
+    const slow = results.filter((r) => r.ms > 5000 + 3000);
+    assert.deepEqual(slow, [], "answers later than the queue timeout");
+    // From the third second on (the first cut made), the worker serves near its 40-50 a second.
+    // Measured: 52 a second with 16-24 of the 100 session windows mixed (the percentage's first
+    // cuts cross sessions, and a few 408s while it falls); before this change 50-52 with 28-30
+    // mixed. The bounds are for a loaded machine: this test guards against a collapse or an
+    // answer that never comes; the tests with a manual clock pin the laws.
+    const late = results.filter((r) => r.at >= 3000 && r.at < RUN_MS);
+    const servedRate = late.filter((r) => r.status === 200).length / ((RUN_MS - 3000) / 1000);
+    const worker = fleet.workers[0]!.stats();
+    assert.ok(
+      servedRate >= 0.6 * 40,
+      `served ${servedRate.toFixed(1)} a second (worker completed ${worker.completed})`,
+    );
+    // Sessions whole: two-second windows with both served and shed answers.
+    const windows = new Map<string, Set<number>>();
+    for (const r of results) {
+      const key = `${r.session}:${Math.floor(r.at / 2000)}`;
+      windows.set(key, (windows.get(key) ?? new Set()).add(r.status));
+    }
+    const mixed = [...windows.values()].filter((w) => w.size > 1).length;
+    t.diagnostic(`served ${servedRate.toFixed(1)}/s, mixed ${mixed} of ${windows.size} session windows`);
+    assert.ok(mixed <= 0.45 * windows.size, `${mixed} of ${windows.size} session windows mixed`);
+  });
+});
+
 describe("configuration", () => {
   const base = ["--worker-urls", "http://127.0.0.1:9"];
 
