@@ -75,7 +75,8 @@ function assertRowsMatch(rows: Row[], outcomes: OutcomeRecord[]): void {
 
 /**
  * Drives one request of each outcome through a fleet of capacity 1 (scheduler on, default queue
- * of 1 with a 0.3 s timeout on `clock`, tenant acme with a key, auth required).
+ * of 1 with a 0.3 s timeout on `clock`, interactive preempting on arrival, tenant acme with a key,
+ * auth required).
  */
 async function everyOutcome(fleet: Fleet, clock: ManualClock): Promise<void> {
   // 200, and 401 without a key.
@@ -109,7 +110,12 @@ function outcomeFleetOptions(clock: ManualClock): Parameters<typeof startFleet>[
   return {
     workers: ONE_SLOT,
     tenants: ["acme"],
-    schedulerYaml: smallSchedulerYaml({ classes: { default: { queue_size: 1, queue_timeout_secs: 0.3 } } }),
+    schedulerYaml: smallSchedulerYaml({
+      classes: {
+        default: { queue_size: 1, queue_timeout_secs: 0.3 },
+        interactive: { preempt_after_secs: 0 },
+      },
+    }),
     gateway: { requireAuth: true, clock },
   };
 }

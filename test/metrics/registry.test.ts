@@ -22,10 +22,13 @@ import {
 import { CONTRACT_METRICS } from "../contract-metrics.js";
 import { labelNames, metric, type Scrape, scrape } from "../harness.js";
 
-/** Small, reservation-free classes so a capacity of 2 is valid; bulk's queue holds one waiter. */
+/**
+ * Small, reservation-free classes so a capacity of 2 is valid; bulk's queue holds one waiter; the
+ * preempting classes preempt on arrival (preempt_after_secs 0), as the scenario below expects.
+ */
 const CLASSES = {
-  system: { reserved_floor: 0, reserved_per_slot: 0 },
-  interactive: { reserved_floor: 0, reserved_per_slot: 0 },
+  system: { reserved_floor: 0, reserved_per_slot: 0, preempt_after_secs: 0 },
+  interactive: { reserved_floor: 0, reserved_per_slot: 0, preempt_after_secs: 0 },
   default: { reserved_floor: 0, reserved_per_slot: 0 },
   bulk: { reserved_floor: 0, reserved_per_slot: 0, queue_size: 1 },
 };

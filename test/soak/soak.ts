@@ -332,8 +332,22 @@ export async function runSoak(opts: SoakOptions): Promise<SoakReport> {
     yamlPath,
     smallSchedulerYaml({
       classes: {
-        system: { reserved_floor: 1, queue_size: 32, queue_timeout_secs: 5, can_preempt: true },
-        interactive: { reserved_floor: 2, queue_size: 64, queue_timeout_secs: 5, can_preempt: true },
+        // system preempts on arrival (the contract's reference behaviour), interactive after a
+        // short wait target: both preemption paths run under the soak.
+        system: {
+          reserved_floor: 1,
+          queue_size: 32,
+          queue_timeout_secs: 5,
+          can_preempt: true,
+          preempt_after_secs: 0,
+        },
+        interactive: {
+          reserved_floor: 2,
+          queue_size: 64,
+          queue_timeout_secs: 5,
+          can_preempt: true,
+          preempt_after_secs: 0.05,
+        },
         default: { queue_size: 64, queue_timeout_secs: 8 },
         bulk: { queue_size: 128, queue_timeout_secs: 15 },
       },
