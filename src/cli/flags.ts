@@ -443,6 +443,14 @@ export const FLAG_SPECS: FlagSpec[] = [
     default: 30,
   },
   {
+    flags: "--client-body-timeout-secs <secs>",
+    key: "client_body_timeout_secs",
+    description:
+      "time a client has to send its whole request body, from the end of its headers (408 past it)",
+    parse: numArg("a number > 0", (n) => n > 0),
+    default: 60,
+  },
+  {
     flags: "--client-keep-alive-timeout-secs <secs>",
     key: "client_keep_alive_timeout_secs",
     description: "idle time before a keep-alive client connection is closed",
@@ -839,6 +847,7 @@ export function parseGatewayArgs(argv: string[]): GatewayFlags {
     clientLimits: {
       headersTimeoutSecs: values.client_headers_timeout_secs as number,
       bodyIdleTimeoutSecs: values.client_body_idle_timeout_secs as number,
+      bodyTimeoutSecs: values.client_body_timeout_secs as number,
       keepAliveTimeoutSecs: values.client_keep_alive_timeout_secs as number,
       maxConnections: values.max_client_connections as number,
     },

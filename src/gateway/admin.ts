@@ -12,13 +12,25 @@
  *
  * The dashboard page itself (`GET /dashboard` and its assets under `/dashboard/`) needs no token: it
  * holds no data, asks for the token and sends it with every data call (docs/dashboard.md).
+ *
+ * Whoever can reach the listener cannot lock the operators out of it: a connection gets 5 s to send
+ * its request headers, a request without the valid token gets 401 and its connection is closed, and
+ * at the cap (64 connections) the oldest connection that has not sent the valid token is closed to
+ * make room for a new one. Only connections that proved the token are never closed for another.
  */
 import { createHash, timingSafeEqual } from "node:crypto";
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from "node:http";
 import type { AddressInfo } from "node:net";
 import { isDashboardPath, serveDashboardAsset } from "../dashboard/assets.js";
 import { readBody } from "./body.js";
-import { DEFAULT_CLIENT_LIMITS, guardServer, serverTimeouts } from "./client-guard.js";
+import {
+  type ClientLimits,
+  closeAfterAnswer,
+  DEFAULT_CLIENT_LIMITS,
+  guardServer,
+  markProven,
+  serverTimeouts,
+} from "./client-guard.js";
 import { GatewayError, sendError, sendJson, toGatewayError } from "./http-errors.js";
 
 export interface AdminHandlers {
@@ -42,6 +54,18 @@ export interface AdminServer {
   close(): Promise<void>;
 }
 
+/** The admin listener's client limits: few connections, and little time to show the token. */
+export const ADMIN_CLIENT_LIMITS: ClientLimits = {
+  ...DEFAULT_CLIENT_LIMITS,
+  headersTimeoutSecs: 5,
+  bodyIdleTimeoutSecs: 10,
+  bodyTimeoutSecs: 10,
+  maxConnections: 64,
+};
+
+/** Largest admin request body (`PUT /api/v1/capacity`). */
+const ADMIN_MAX_BODY = 64 * 1024;
+
 function digest(text: string): Buffer {
   return createHash("sha256").update(text).digest();
 }
@@ -51,7 +75,10 @@ export async function startAdminServer(options: {
   port: number;
   token: string;
   handlers: AdminHandlers;
+  /** Overrides of ADMIN_CLIENT_LIMITS (tests). */
+  limits?: Partial<ClientLimits> | undefined;
 }): Promise<AdminServer> {
+  const limits: ClientLimits = { ...ADMIN_CLIENT_LIMITS, ...options.limits };
   // Comparing fixed-length digests keeps the comparison constant-time whatever the token length.
   const expected = digest(options.token);
   const authorized = (req: IncomingMessage) => {
@@ -66,14 +93,21 @@ export async function startAdminServer(options: {
       const path = (req.url ?? "/").split("?")[0]!;
       if (dashboard !== undefined && isDashboardPath(path)) return await serveDashboardAsset(req, res, path);
       if (!authorized(req)) {
-        req.resume();
+        // Answered, then closed: a connection that has not shown the token keeps no place here.
+        closeAfterAnswer(req, res);
         throw new GatewayError(
           "invalid_admin_token",
           "the admin API needs Authorization: Bearer <admin token>",
         );
       }
+      markProven(req.socket);
       if (path === "/api/v1/capacity" && req.method === "PUT") {
-        const body = await readBody(req, 64 * 1024, 10_000);
+        const body = await readBody(
+          req,
+          ADMIN_MAX_BODY,
+          limits.bodyIdleTimeoutSecs * 1000,
+          limits.bodyTimeoutSecs * 1000,
+        );
         let doc: unknown;
         try {
           doc = JSON.parse(body.toString("utf8"));
@@ -115,9 +149,10 @@ export async function startAdminServer(options: {
     }
   }
 
-  const limits = { ...DEFAULT_CLIENT_LIMITS, maxConnections: 64 };
-  const server: Server = createServer(serverTimeouts(limits), (req, res) => void handle(req, res));
-  guardServer(server, limits, undefined, { answered: () => {} });
+  const server: Server = createServer(serverTimeouts(limits));
+  guardServer(server, limits, undefined, { answered: () => {} }, (req, res) => void handle(req, res), {
+    evictUnproven: true,
+  });
   await new Promise<void>((resolve, reject) => {
     server.once("error", reject);
     server.listen(options.port, options.host, () => {

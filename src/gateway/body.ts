@@ -1,7 +1,9 @@
 /**
  * Reads a request body once: at most `limit` bytes (413 past it), with no more than `idleMs`
- * of silence between chunks (408 past it). A request holds no slot and no queue place while its
- * body arrives: admission starts only once the body is complete.
+ * of silence between chunks (408 `request_body_timeout` past it), all of it within `deadlineMs`
+ * (408 `request_body_too_slow` past it: a body trickled a byte at a time is never idle, but it
+ * ends). A request holds no slot and no queue place while its body arrives: admission starts only
+ * once the body is complete.
  */
 import type { IncomingMessage } from "node:http";
 import { FRAMING_ERROR } from "./client-guard.js";
@@ -9,7 +11,12 @@ import { GatewayError } from "./http-errors.js";
 
 const EMPTY = Buffer.alloc(0);
 
-export function readBody(req: IncomingMessage, limit: number, idleMs: number): Promise<Buffer> {
+export function readBody(
+  req: IncomingMessage,
+  limit: number,
+  idleMs: number,
+  deadlineMs: number,
+): Promise<Buffer> {
   const declared = req.headers["content-length"];
   if (declared === undefined && req.headers["transfer-encoding"] === undefined) {
     return Promise.resolve(EMPTY);
@@ -46,10 +53,21 @@ export function readBody(req: IncomingMessage, limit: number, idleMs: number): P
     };
     const onFraming = (err: NodeJS.ErrnoException) => {
       cleanup();
+      // Node's own whole-request bound (client-guard.ts) is the same kind of deadline.
+      if (err.code === "ERR_HTTP_REQUEST_TIMEOUT") return onDeadline();
       reject(
         new GatewayError(
           "malformed_request",
           `the request body could not be parsed (${err.code ?? "framing error"})`,
+        ),
+      );
+    };
+    const onDeadline = () => {
+      cleanup();
+      reject(
+        new GatewayError(
+          "request_body_too_slow",
+          `the request body did not arrive within ${deadlineMs / 1000} s`,
         ),
       );
     };
@@ -60,6 +78,7 @@ export function readBody(req: IncomingMessage, limit: number, idleMs: number): P
       );
     };
     const cleanup = () => {
+      clearTimeout(deadline);
       req.off("data", onData);
       req.off("end", onEnd);
       req.off("error", onError);
@@ -71,6 +90,8 @@ export function readBody(req: IncomingMessage, limit: number, idleMs: number): P
     // The socket's own idle timer (no timer of ours per request). Node hands a socket timeout to
     // the incomplete request's 'timeout' listeners, and destroys the socket only when there is none.
     socket.setTimeout(idleMs);
+    // One timer per body being read (a request without a body never gets here).
+    const deadline = setTimeout(onDeadline, deadlineMs);
     req.once("timeout", onIdle);
     req.once(FRAMING_ERROR, onFraming);
     req.on("data", onData);

@@ -65,6 +65,7 @@ export const ERROR_TABLE = {
   http_version_not_supported: row(505, false, "none", "only HTTP/1.0 and HTTP/1.1 are supported"),
   request_header_timeout: row(408, true, "none", "the request headers were not received in time"),
   request_body_timeout: row(408, true, "none", "the request body stalled"),
+  request_body_too_slow: row(408, true, "none", "the request body did not arrive within the body deadline"),
   payload_too_large: row(413, false, "none", "the request body exceeds the size limit"),
   invalid_json: row(400, false, "none", "the request body is not valid JSON"),
   invalid_request_body: row(400, false, "none", "a request field has the wrong type or shape"),

@@ -5,7 +5,9 @@
  * header it names, `Keep-Alive`, `TE`, `Trailer`, `Transfer-Encoding`, `Upgrade`, and `Proxy-*`.
  * Credentials never pass either: sluice authenticates the client, so the client's `Authorization`
  * (its sluice API key, or whatever else it sent) is dropped and replaced by the worker's own key
- * when one is configured. The proxy sets `Host` and `Content-Length` itself.
+ * when one is configured. The proxy sets `Host` and `Content-Length` itself. `x-smg-priority` is
+ * the gateway's to say: the worker (SGLang reads it) gets the class the request was admitted under,
+ * after the tenant's `max_class` clamp, never the one the client asked for.
  */
 import type { IncomingHttpHeaders } from "node:http";
 
@@ -21,6 +23,7 @@ const DROP_REQUEST = new Set([
   "expect",
   "authorization",
   "http2-settings",
+  "x-smg-priority",
 ]);
 const DROP_RESPONSE = new Set(["connection", "keep-alive", "te", "transfer-encoding", "trailer", "upgrade"]);
 
@@ -44,11 +47,13 @@ function namedInConnection(value: string | string[] | undefined): Set<string> | 
 
 /**
  * The client's headers as the worker should see them. `workerAuthorization` is the worker's own
- * `Authorization` value (e.g. `Bearer <worker key>`), added when configured.
+ * `Authorization` value (e.g. `Bearer <worker key>`), added when configured; `priority` is the
+ * request's effective class, sent as `x-smg-priority` in place of whatever the client sent.
  */
 export function requestHeadersForWorker(
   headers: IncomingHttpHeaders,
   workerAuthorization: string | undefined,
+  priority?: string | undefined,
 ): Record<string, string | string[]> {
   const named = namedInConnection(headers.connection);
   const out: Record<string, string | string[]> = {};
@@ -59,6 +64,7 @@ export function requestHeadersForWorker(
     if (value !== undefined) out[name] = value;
   }
   if (workerAuthorization !== undefined) out.authorization = workerAuthorization;
+  if (priority !== undefined) out["x-smg-priority"] = priority;
   return out;
 }
 

@@ -73,6 +73,7 @@ function outcomeOf(code: ErrorCode): OutcomeKind {
     case "admission_queue_timeout":
     case "request_header_timeout":
     case "request_body_timeout":
+    case "request_body_too_slow":
     case "upstream_timeout":
     case "worker_room_timeout":
       return "timeout";

@@ -56,6 +56,8 @@ export interface LifecycleContext {
   tenants(): TenantResolver;
   readonly maxPayloadSize: number;
   readonly bodyIdleMs: number;
+  /** Time the whole body has to arrive (`--client-body-timeout-secs`). */
+  readonly bodyDeadlineMs: number;
   /** Upstream headers timeout and body idle timeout. */
   readonly upstreamTimeoutMs: number;
   /** The cost ceiling in force. */
@@ -68,9 +70,18 @@ export interface LifecycleContext {
   /** `sluice_upstream_retries_total{reason}`. */
   readonly retries: RetryCounter;
   readonly logger: Logger;
+  /**
+   * The class a request without a scheduler slot (legacy admission) is forwarded under: its
+   * `x-smg-priority` clamped to the tenant's `max_class`, as the scheduler would.
+   */
+  classFor(priority: string | undefined, tenant: string): PriorityClass;
 }
 
 const PRIORITY_HEADER = "x-smg-priority";
+
+function firstValue(value: string | string[] | undefined): string | undefined {
+  return Array.isArray(value) ? value[0] : value;
+}
 
 /** Runs one request through every stage; its lease ends it. */
 export async function runLifecycle(ctx: LifecycleContext, lease: Lease, req: IncomingMessage): Promise<void> {
@@ -78,7 +89,7 @@ export async function runLifecycle(ctx: LifecycleContext, lease: Lease, req: Inc
   try {
     parseHead(req);
     lease.tenant = identify(ctx, req);
-    const body = await readBody(req, ctx.maxPayloadSize, ctx.bodyIdleMs);
+    const body = await readBody(req, ctx.maxPayloadSize, ctx.bodyIdleMs, ctx.bodyDeadlineMs);
     const estimate = parseBody(ctx, req, body);
     lease.estimate = estimate;
     lease.generates = generatesOutput(req.url ?? "/");
@@ -308,7 +319,12 @@ function stream(
   return lease.forward({
     method: req.method as "POST",
     path: url,
-    headers: requestHeadersForWorker(req.headers, lease.worker!.authorization),
+    // The class it was admitted under, never the one the client asked for (the worker reads it).
+    headers: requestHeadersForWorker(
+      req.headers,
+      lease.worker!.authorization,
+      lease.slot?.effectiveClass ?? ctx.classFor(firstValue(req.headers[PRIORITY_HEADER]), lease.tenant),
+    ),
     body: upstreamBody.body.length > 0 ? upstreamBody.body : null,
     // A retried attempt gets what is left of the request's deadline.
     headersTimeout:

@@ -10,7 +10,7 @@ import { AdaptiveCapacity, heldBackOf } from "../capacity/adaptive.js";
 import { LoadShedding, resolveShedding } from "../capacity/load-shedding.js";
 import { PinnableCapacity } from "../capacity/pinned.js";
 import { BudgetBook } from "../core/budgets.js";
-import { CLASSES_HIGH_TO_LOW } from "../core/class.js";
+import { CLASSES_HIGH_TO_LOW, clamp, parsePriority } from "../core/class.js";
 import { realClock } from "../core/clock.js";
 import {
   BUILTIN_CLASS_DEFAULTS,
@@ -347,6 +347,7 @@ export async function startGateway(options: GatewayOptions, outcomes?: OutcomeSi
     tenants: () => tenants,
     maxPayloadSize: options.maxPayloadSize,
     bodyIdleMs: limits.bodyIdleTimeoutSecs * 1000,
+    bodyDeadlineMs: limits.bodyTimeoutSecs * 1000,
     upstreamTimeoutMs: options.requestTimeoutSecs * 1000,
     // The cost ceiling: configured, else the largest context a worker reports, else a constant.
     maxCostTokens: () => options.maxCostTokens ?? workers.contextLength ?? DEFAULT_MAX_COST_TOKENS,
@@ -355,6 +356,8 @@ export async function startGateway(options: GatewayOptions, outcomes?: OutcomeSi
     capacityMetrics,
     retries: registerRetryMetrics(metrics.registry),
     logger,
+    classFor: (priority, tenant) =>
+      clamp(parsePriority(priority).class, tenantPolicies.get(tenant)?.max_class ?? defaultMaxClass),
   };
   // The ledger is one more outcome sink; its rows are written in the background (docs/ledger.md).
   const ledger = startLedger(options.ledger, logger, metrics.registry);
@@ -463,7 +466,23 @@ export async function startGateway(options: GatewayOptions, outcomes?: OutcomeSi
     }
     open++;
     res.once("close", onRequestClosed);
+    if (res.socket === null) closeWithItsConnection(req, res);
     void runLifecycle(lifecycle, new Lease(leases, req, res, requestId, sluiceRequestId), req);
+  }
+
+  /**
+   * A pipelined request's answer waits, without a socket, for the answers before it; if the client
+   * leaves meanwhile Node never closes it. Close it with its connection, so its lease sees the client
+   * gone (the worker's work is cut, nothing is charged for an answer nobody reads) and the drain
+   * stops counting it.
+   */
+  function closeWithItsConnection(req: IncomingMessage, res: ServerResponse): void {
+    const socket = req.socket;
+    const gone = () => {
+      if (res.socket === null && !res.writableFinished) res.emit("close");
+    };
+    socket.once("close", gone);
+    res.once("close", () => socket.off("close", gone));
   }
 
   /** Resolves when every request received so far has finished, or after `ms`. */
@@ -494,7 +513,13 @@ export async function startGateway(options: GatewayOptions, outcomes?: OutcomeSi
    */
   function serveModels(req: IncomingMessage, res: ServerResponse, requestId: string): void {
     try {
-      checkRequest(req);
+      try {
+        checkRequest(req);
+      } catch (err) {
+        // The request line or framing is at fault, as on any other path: answer, then close.
+        closeAfterAnswer(req, res);
+        throw err;
+      }
       const tenant = tenants.resolve(req.headers);
       const allowed = tenantPolicies.get(tenant)?.models;
       const data = pools.servedModels
@@ -521,8 +546,8 @@ export async function startGateway(options: GatewayOptions, outcomes?: OutcomeSi
     }
   }
 
-  const server: Server = createServer(serverTimeouts(limits), handle);
-  guardServer(server, limits, logger, { answered: (status) => metrics.countHttpStatus(status) });
+  const server: Server = createServer(serverTimeouts(limits));
+  guardServer(server, limits, logger, { answered: (status) => metrics.countHttpStatus(status) }, handle);
   try {
     await new Promise<void>((resolve, reject) => {
       server.once("error", reject);
