@@ -321,7 +321,7 @@ class PriorityScheduler implements Scheduler, PermitOwner {
     ) {
       const victim = this.preemptible.victimBelow(rank, this.preemptionCost);
       if (victim !== null)
-        return Promise.resolve(this.preemptFor(victim, rank, requested, tenant, cost, policy));
+        return Promise.resolve(this.admitNew(rank, requested, tenant, cost, policy, victim));
     }
 
     const queue = this.queues[rank]!;
@@ -417,27 +417,13 @@ class PriorityScheduler implements Scheduler, PermitOwner {
     tenant: string,
     cost: number,
     policy: ResolvedTenant,
+    victim: SchedulerPermit | null = null,
   ): SchedulerPermit {
-    this.slots.take(rank);
+    // Into a free slot, or into the victim's (preemption on arrival).
+    if (victim === null) this.slots.take(rank);
+    else this.takeSlotOf(victim, rank);
     const permit = new SchedulerPermit(this, rank, requested, tenant, cost, policy.weight, 0, "fast", false);
     // Fast-path admissions are charged like any other: a burst into an idle class is service too.
-    this.queues[rank]!.charge(permit, cost, true, this.flowOf(policy, rank, tenant));
-    this.preemptible.add(permit);
-    this.count(rank, "admitted", tenant);
-    this.observer.queueWait?.(classOfRank(rank), 0, "admitted");
-    return permit;
-  }
-
-  private preemptFor(
-    victim: SchedulerPermit,
-    rank: number,
-    requested: number,
-    tenant: string,
-    cost: number,
-    policy: ResolvedTenant,
-  ): SchedulerPermit {
-    this.takeSlotOf(victim, rank);
-    const permit = new SchedulerPermit(this, rank, requested, tenant, cost, policy.weight, 0, "fast", false);
     this.queues[rank]!.charge(permit, cost, true, this.flowOf(policy, rank, tenant));
     this.preemptible.add(permit);
     this.count(rank, "admitted", tenant);
