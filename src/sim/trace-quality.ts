@@ -209,6 +209,14 @@ function qualityRows(runs: TraceRun[], classes: PriorityClass[]): string[] {
   return rows;
 }
 
+/** The workers' state in sluice's run at one speed: busy fraction, KV preemptions. */
+function engineNote(run: TraceRun): string {
+  const w = run.reports.sluice.workers;
+  const busy = w.reduce((a, x) => a + x.busy_fraction, 0) / Math.max(1, w.length);
+  const kv = w.reduce((a, x) => a + x.kv_preemptions, 0);
+  return `at ${run.speed}x the workers are busy ${pct(busy, 0)} of the time, with ${int(kv)} KV preemptions`;
+}
+
 export const FRONTIER_SECS = [0, 0.05, 0.1, 0.25, 0.5, 1];
 /** The larger client retry budget the frontier is also swept at (the scenarios' is 3). */
 const RETRY_BUDGET = 5;
@@ -339,6 +347,8 @@ async function main(argv: string[]): Promise<void> {
     "",
     ...qualityRows(mooncake.runs, classes),
     "",
+    `Inside the engines (sluice's runs): ${mooncake.runs.map((run) => engineNote(run)).join("; ")}. The Mooncake prompts average 14k tokens: the workers are prefill-bound long before the scheduler's capacity (64 per worker) is reached, so requests wait inside the engines (TTFT above) where no priority applies, and the admission queue forms only at 3x. A capacity that follows the workers' latency (\`sluice-adaptive\`, docs/adaptive.md) is the remedy the table does not show.`,
+    "",
     "### The preemption frontier (Azure hour, sluice, `preempt_after_secs` for every class)",
     "",
     ...frontier,
@@ -354,6 +364,8 @@ async function main(argv: string[]): Promise<void> {
     "### Fair shares: both Azure services in `default` at weights 2:1, the hour at 3x (`scenarios/azure-fair-share-hour.yaml`)",
     "",
     ...fairRows,
+    "",
+    "A request's tokens count evenly over its time in the fleet, inside the stretches where both services have a request waiting (docs/simulate.md, \"Fairness measures\"). The sustained row leaves out stretches under 10 s: thousands of them last milliseconds (one conversation request waiting while the fair queue, which counts conversation's in-flight work as received, serves code first), and one dispatch decides each. The fair queue itself holds the weights since starvation promotion admits the class's fair head (docs/fairness.md: it admitted the oldest waiter, and a class whose waiters had all aged past the 30 s mark ran oldest-first).",
   ].join("\n");
   process.stdout.write(`${section}\n`);
   if (write) {
