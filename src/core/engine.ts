@@ -8,8 +8,9 @@
  * Rules (see docs/design.md):
  * - No queue jumping: an arrival takes a slot at once only when no waiter of its own or a higher
  *   class is queued and its class has headroom.
- * - Dispatch: starvation pass first (oldest waiter of any class past its threshold, reservations
- *   ignored, capacity binding), then strict priority by class with reservation-aware headroom;
+ * - Dispatch: starvation pass first (the class whose oldest waiter is the oldest past its threshold
+ *   admits its next waiter in fair order; reservations ignored, capacity binding), then strict
+ *   priority by class with reservation-aware headroom;
  *   within a class, weighted fair queuing across tenants. A promotion that passes a waiting higher
  *   class spends a credit that grows by the class's starvation_max_share per admission, so
  *   promoted waiters take at most that share of admissions while higher classes wait.
@@ -563,7 +564,7 @@ class PriorityScheduler implements Scheduler, PermitOwner {
     }
   }
 
-  /** The oldest waiters past their class's mark, capacity still binding; true if any was admitted. */
+  /** Classes whose oldest waiter is past its mark admit their fair heads, capacity still binding; true if any was admitted. */
   private promoteStarving(now: number): boolean {
     let granted = false;
     for (;;) {
