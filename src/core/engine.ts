@@ -8,8 +8,9 @@
  * Rules (see docs/design.md):
  * - No queue jumping: an arrival takes a slot at once only when no waiter of its own or a higher
  *   class is queued and its class has headroom.
- * - Dispatch: starvation pass first (oldest waiter of any class past its threshold, reservations
- *   ignored, capacity binding), then strict priority by class with reservation-aware headroom;
+ * - Dispatch: starvation pass first (the class whose oldest waiter is the oldest past its threshold
+ *   admits its next waiter in fair order; reservations ignored, capacity binding), then strict
+ *   priority by class with reservation-aware headroom;
  *   within a class, weighted fair queuing across tenants. A promotion that passes a waiting higher
  *   class spends a credit that grows by the class's starvation_max_share per admission, so
  *   promoted waiters take at most that share of admissions while higher classes wait.
@@ -552,7 +553,7 @@ class PriorityScheduler implements Scheduler, PermitOwner {
     }
   }
 
-  /** The oldest waiters past their class's mark, capacity still binding; true if any was admitted. */
+  /** Classes whose oldest waiter is past its mark admit their fair heads, capacity still binding; true if any was admitted. */
   private promoteStarving(now: number): boolean {
     let granted = false;
     for (;;) {
@@ -568,8 +569,11 @@ class PriorityScheduler implements Scheduler, PermitOwner {
       this.starveCheckAt = nextMark;
       if (best === null || !this.slots.hasFreeSlot()) return granted;
       if (this.waitersAbove(best.rank)) this.spendPromotionCredit(best.rank);
-      this.queues[best.rank]!.serveOutOfOrder(best);
-      this.grant(best, true, now);
+      // The mark decides which class takes the slot out of priority order; inside the class, its
+      // fair order decides who (issue 36). Promoting the oldest waiter itself made a class whose
+      // waiters had all aged past the mark run oldest-first, and, the floor never moving, a tenant
+      // that came back was lifted to a stale floor: 72/28 for weights 2:1 on the Azure trace.
+      this.grant(this.queues[best.rank]!.pop()!, true, now);
       granted = true;
     }
   }

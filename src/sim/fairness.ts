@@ -1,10 +1,18 @@
 /**
  * Fairness measured online, per class, among the tenants that send traffic in that class:
  *
- * - service: the actual tokens (prompt + output) of every request, counted at its admission
- *   (dispatch), minus those later preempted before their first byte (they were served nothing);
  * - the backlogged period: the time during which every tenant of the class has a request waiting for
- *   admission; shares and Jain's index are computed over the service dispatched in it;
+ *   admission;
+ * - shares and Jain's index: the service each tenant received during the backlogged period, where a
+ *   completed request's actual tokens (prompt + output) are spread evenly over its time in the fleet
+ *   (admission to end; issue 36). Counting them at dispatch instead credited a tenant with nothing
+ *   while its requests in flight were being served: on the Azure trace, a tenant whose demand was
+ *   met had thousands of millisecond stretches with one waiter, in each of which the other tenant
+ *   was dispatched first (the fair queue counts the first tenant's in-flight work), and the share
+ *   read 36/64 for weights 2:1 while the fair queue's counters agreed with the weights;
+ * - the dispatch-time service (`FairnessWindow.service`: actual tokens at admission, minus those
+ *   later preempted before their first byte) feeds the service gap, the quantity the VTC bound is
+ *   about;
  * - the service gap: for every pair of tenants, over every stretch of time during which both are
  *   continuously backlogged, |S_f/w_f - S_g/w_g| over that stretch; the largest is reported beside
  *   the VTC bound (docs/simulate.md derives the bound used).
@@ -113,6 +121,10 @@ export class FairnessGroup {
   maxInflightEstimate = 0;
   inflightEstimate = 0;
   private readonly isBacklogged = (b: number) => this.backlog[b]! > 0;
+  /** The backlogged stretches, [from, to) in ms, in time order. */
+  readonly stretches: number[] = [];
+  /** Completed requests: member, admitted, ended (ms) and actual tokens, four numbers each. */
+  private readonly served: number[] = [];
 
   constructor(
     readonly cls: number,
@@ -189,8 +201,52 @@ export class FairnessGroup {
     }
   }
 
+  /** A request of `tenant` admitted at `from` completed at `to` with `tokens` actual tokens. */
+  completed(tenant: number, from: number, to: number, tokens: number): void {
+    const m = this.memberOf[tenant]!;
+    if (m < 0 || this.members.length < 2) return;
+    this.served.push(m, from, to, tokens);
+  }
+
+  /**
+   * Per member, the tokens served during the window's backlogged stretches: each completed request's
+   * tokens spread evenly over [admitted, ended] (a zero-length one counts where it falls).
+   */
+  spreadService(window: Window, minStretchMs = 0): Float64Array {
+    const out = new Float64Array(this.members.length);
+    const st = this.stretches;
+    const n = st.length / 2;
+    const rec = this.served;
+    for (let i = 0; i < rec.length; i += 4) {
+      const m = rec[i]!;
+      const from = rec[i + 1]!;
+      const to = rec[i + 2]!;
+      const tokens = rec[i + 3]!;
+      // The first stretch that ends after the request started.
+      let lo = 0;
+      let hi = n;
+      while (lo < hi) {
+        const mid = (lo + hi) >> 1;
+        if (st[2 * mid + 1]! <= from) lo = mid + 1;
+        else hi = mid;
+      }
+      for (let k = lo; k < n && st[2 * k]! <= to; k++) {
+        if (st[2 * k + 1]! - st[2 * k]! < minStretchMs) continue;
+        const a = Math.max(from, st[2 * k]!, window.fromMs);
+        const b = Math.min(to, st[2 * k + 1]!, window.toMs);
+        if (to > from) {
+          if (b > a) out[m]! += (tokens * (b - a)) / (to - from);
+        } else if (a <= b && b < st[2 * k + 1]! && a >= window.fromMs && a < window.toMs) {
+          out[m]! += tokens;
+        }
+      }
+    }
+    return out;
+  }
+
   private closeAll(now: number): void {
     const since = this.allSince;
+    if (now > since) this.stretches.push(since, now);
     for (const w of this.windows) {
       const from = Math.max(since, w.window.fromMs);
       const to = Math.min(now, w.window.toMs);
@@ -206,4 +262,22 @@ export class FairnessGroup {
       this.allSince = now;
     }
   }
+}
+
+/**
+ * Stretches shorter than this are left out of the sustained shares: in a stretch of a few
+ * milliseconds one waiter is served, and which tenant's is decides the share, not the weights.
+ */
+export const SUSTAINED_STRETCH_MS = 10_000;
+
+/** Milliseconds of the window's backlogged stretches at least `minStretchMs` long. */
+export function stretchTime(stretches: readonly number[], window: Window, minStretchMs: number): number {
+  let ms = 0;
+  for (let k = 0; k < stretches.length; k += 2) {
+    if (stretches[k + 1]! - stretches[k]! < minStretchMs) continue;
+    const a = Math.max(stretches[k]!, window.fromMs);
+    const b = Math.min(stretches[k + 1]!, window.toMs);
+    if (b > a) ms += b - a;
+  }
+  return ms;
 }

@@ -17,6 +17,7 @@ import {
   type SloWindows,
   sloWindows,
 } from "./capacity-report.js";
+import { SUSTAINED_STRETCH_MS, stretchTime } from "./fairness.js";
 import { OUTCOME_INDEX, OUTCOMES, type Outcome, REJECTIONS as REJECTION_CODES } from "./log.js";
 import { type RunResult, tenantClasses, tenantWeight, windowsOf } from "./run.js";
 import type { Expectation, PolicyName, Scenario } from "./scenario.js";
@@ -91,6 +92,8 @@ export interface FairnessReport {
   vtc_m: number;
   vtc_bound: number;
   service_gap_vtc_ratio: number | null;
+  /** The shares over the backlogged stretches of at least 10 s alone (SUSTAINED_STRETCH_MS). */
+  sustained: { backlogged_s: number; shares: Record<string, number | null>; share_error: number | null };
 }
 
 export interface ExpectationResult {
@@ -314,23 +317,39 @@ function fairnessOf(
   if (g.members.length < 2) return undefined;
   const w = g.windows[windowIndex]!;
   const names = g.members.map((t) => scenario.tenants[t]!.name);
-  const total = w.service.reduce((a, b) => a + b, 0);
+  const service = g.spreadService(w.window);
+  const total = service.reduce((a, b) => a + b, 0);
   const wsum = g.weights.reduce((a, b) => a + b, 0);
   const tenants: FairnessReport["tenants"] = {};
   let err: number | null = total > 0 ? 0 : null;
   const perWeight: number[] = [];
   g.members.forEach((_, m) => {
     const expected = g.weights[m]! / wsum;
-    const share = total > 0 ? w.service[m]! / total : null;
+    const share = total > 0 ? service[m]! / total : null;
     if (share !== null && err !== null) err = Math.max(err, Math.abs(share / expected - 1));
-    perWeight.push(w.service[m]! / g.weights[m]!);
+    perWeight.push(service[m]! / g.weights[m]!);
     tenants[names[m]!] = {
       weight: g.weights[m]!,
-      tokens: Math.round(w.service[m]!),
+      tokens: Math.round(service[m]!),
       share: share === null ? null : round(share, 4),
       expected_share: round(expected, 4),
     };
   });
+  const long = g.spreadService(w.window, SUSTAINED_STRETCH_MS);
+  const longTotal = long.reduce((a, b) => a + b, 0);
+  const shares: Record<string, number | null> = {};
+  let longErr: number | null = longTotal > 0 ? 0 : null;
+  g.members.forEach((_, m) => {
+    const share = longTotal > 0 ? long[m]! / longTotal : null;
+    shares[names[m]!] = share === null ? null : round(share, 4);
+    if (share !== null && longErr !== null)
+      longErr = Math.max(longErr, Math.abs(share / (g.weights[m]! / wsum) - 1));
+  });
+  const sustained = {
+    backlogged_s: round(stretchTime(g.stretches, w.window, SUSTAINED_STRETCH_MS) / 1000, 1),
+    shares,
+    share_error: longErr === null ? null : round(longErr, 4),
+  };
   const gap = w.largestGap();
   const wmin = Math.min(...g.weights);
   const bound = (2 * (g.maxEstimate + g.maxInflightEstimate)) / wmin;
@@ -346,6 +365,7 @@ function fairnessOf(
     vtc_m: g.maxInflightEstimate,
     vtc_bound: Math.round(bound),
     service_gap_vtc_ratio: bound > 0 ? round(gap.gap / bound, 4) : null,
+    sustained,
   };
 }
 

@@ -503,6 +503,7 @@ export async function runPolicy(
       }
       gate.shedding?.served(classOfRank(req.cls), req.tenant.spec.key, tokens);
       gate.policy.adjustCost(req.ticket!, tokens);
+      req.fair!.completed(req.tenant.index, req.admittedAt, t, tokens);
       if (req.hold) budgets!.settle(req.hold, { inputTokens: req.prompt, outputTokens: req.output });
       leaveFleet(req);
       req.ticket!.release();

@@ -175,14 +175,14 @@ describe("what is charged when", () => {
     );
   });
 
-  test("a starvation promotion is charged like any dispatch, and the floor stays put", async () => {
+  test("a starvation promotion admits the class's fair head, charged like any dispatch (issue 36)", async () => {
     const { s, clock } = setup({
       capacity: 1,
       classes: noReservations({
         bulk: { queue_size: 1000, queue_timeout_secs: 1e6, starvation_threshold_secs: 1 },
       }),
     });
-    // A has received 10 already, so fair order would serve B first.
+    // A has received 10 already, so fair order serves B first.
     const a0 = await s.acquire({ priority: "bulk", tenant: "A", cost: 10 });
     const t = tracker(s);
     t.add("A1", "A", 1);
@@ -191,14 +191,40 @@ describe("what is charged when", () => {
     clock.advance(900); // A1 reaches its starvation mark; the B's are 100 ms short of theirs
     a0.release();
     await flush();
-    assert.deepEqual(t.order, ["A1"]);
-    assert.equal(t.permits.get("A1")!.promoted, true);
-    // A is now at 11 (10 + the promoted 1): B catches up to 11, then wins the tie with its older
-    // head (B12), and only then A2 runs. The clock does not move, so no B is promoted.
-    t.add("A2", "A", 1);
-    await t.drain(t.permits.get("A1")!, 13);
-    assert.deepEqual(t.order, ["A1", ...Array.from({ length: 12 }, (_, i) => `B${i + 1}`), "A2"]);
-    assert.ok(t.order.slice(1).every((l) => !t.permits.get(l)!.promoted));
+    // The mark lets the class take the slot out of priority order; inside the class fair order
+    // decides, so B1 (the fair head), not A1 (the oldest), is admitted as the promotion.
+    assert.deepEqual(t.order, ["B1"]);
+    assert.equal(t.permits.get("B1")!.promoted, true);
+    // B catches up to A's 10, then A1 wins the tie with its older head; the B's after it follow.
+    await t.drain(t.permits.get("B1")!, 12);
+    assert.deepEqual(t.order, [...Array.from({ length: 10 }, (_, i) => `B${i + 1}`), "A1", "B11", "B12"]);
+    // While A1 waited past its mark every dispatch was a promotion; after it, none (no B is past its own).
+    assert.ok(t.order.slice(0, 11).every((l) => t.permits.get(l)!.promoted));
+    assert.ok(t.order.slice(11).every((l) => !t.permits.get(l)!.promoted));
+  });
+
+  test("a class whose waiters all aged past the mark is still served in fair order (issue 36)", async () => {
+    const { s, clock } = setup({
+      capacity: 1,
+      classes: noReservations({
+        bulk: { queue_size: 1000, queue_timeout_secs: 1e6, starvation_threshold_secs: 1 },
+      }),
+    });
+    const a0 = await s.acquire({ priority: "bulk", tenant: "A", cost: 10 });
+    const t = tracker(s);
+    for (let i = 1; i <= 20; i++) t.add(`A${i}`, "A", 1);
+    clock.advance(100);
+    for (let i = 1; i <= 20; i++) t.add(`B${i}`, "B", 1);
+    clock.advance(5000); // every waiter is past its mark; A's are the oldest
+    await t.drain(a0, 19);
+    // Before: every dispatch promoted the oldest waiter, A1..A20 in arrival order (the class served
+    // FIFO, weights ignored). Now B, 10 behind, gets its 10, then the two alternate (ties to the
+    // older head), each admission still a promotion.
+    assert.deepEqual(t.order.slice(0, 20), [
+      ...Array.from({ length: 10 }, (_, i) => `B${i + 1}`),
+      ...Array.from({ length: 5 }, (_, i) => [`A${i + 1}`, `B${i + 11}`]).flat(),
+    ]);
+    assert.ok(t.order.slice(0, 20).every((l) => t.permits.get(l)!.promoted));
   });
 });
 

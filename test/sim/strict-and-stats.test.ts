@@ -7,7 +7,7 @@ import assert from "node:assert/strict";
 import { test } from "node:test";
 import { resolveClassSettings } from "../../src/core/config.js";
 import { EventQueue, SimClock } from "../../src/sim/clock.js";
-import { FairnessGroup } from "../../src/sim/fairness.js";
+import { FairnessGroup, stretchTime } from "../../src/sim/fairness.js";
 import { jain, latency } from "../../src/sim/report.js";
 import { Rng } from "../../src/sim/rng.js";
 import { type StrictPermit, StrictScheduler } from "../../src/sim/strict.js";
@@ -167,4 +167,26 @@ test("fairness: shares only while all are backlogged; the gap is the largest swi
   assert.equal(w.backloggedMs, 2);
   assert.equal(w.largestGap().gap, 300);
   assert.equal(g.maxEstimate, 300);
+});
+
+test("fairness: shares spread each completed request's tokens over its time in the fleet, inside the backlogged stretches (issue 36)", () => {
+  const g = new FairnessGroup(0, [0, 1], [2, 1], 2, [
+    { name: "all", fromMs: 0, toMs: Number.POSITIVE_INFINITY },
+  ]);
+  g.queued(0, 0);
+  g.queued(1, 0); // both backlogged from 0
+  g.left(0, 100); // ... to 100: one stretch [0, 100)
+  g.queued(0, 200);
+  g.left(0, 200.5); // a stretch of half a millisecond
+  g.close(1000);
+  // Tenant 0: 1,000 tokens served over [-100, 100): half inside the stretch. Tenant 1: 300 over
+  // [50, 350): 50 of its 300 ms inside the first stretch, and 0.5 ms inside the second.
+  g.completed(0, -100, 100, 1000);
+  g.completed(1, 50, 350, 300);
+  const w = g.windows[0]!.window;
+  assert.deepEqual([...g.spreadService(w)], [500, 50.5]);
+  assert.deepEqual(g.stretches, [0, 100, 200, 200.5]);
+  // Stretches shorter than the minimum are left out of the sustained shares.
+  assert.deepEqual([...g.spreadService(w, 10)], [500, 50]);
+  assert.equal(stretchTime(g.stretches, w, 10), 100);
 });
