@@ -570,7 +570,7 @@ class PriorityScheduler implements Scheduler, PermitOwner {
       if (best === null || !this.slots.hasFreeSlot()) return granted;
       if (this.waitersAbove(best.rank)) this.spendPromotionCredit(best.rank);
       // The mark decides which class takes the slot out of priority order; inside the class, its
-      // fair order decides who (issue 36). Promoting the oldest waiter itself made a class whose
+      // fair order decides who. Promoting the oldest waiter itself made a class whose
       // waiters had all aged past the mark run oldest-first, and, the floor never moving, a tenant
       // that came back was lifted to a stale floor: 72/28 for weights 2:1 on the Azure trace.
       this.grant(this.queues[best.rank]!.pop()!, true, now);

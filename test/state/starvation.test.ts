@@ -5,8 +5,10 @@
  */
 import assert from "node:assert/strict";
 import { test } from "node:test";
+import { stringify } from "yaml";
+import { sha256Hex } from "../../src/gateway/tenants.js";
 import { startMockWorker } from "../../src/mock-worker/index.js";
-import { type Reply, smallSchedulerYaml, waitFor, writeTempFile } from "../harness.js";
+import { authFor, keyOf, type Reply, smallSchedulerYaml, waitFor, writeTempFile } from "../harness.js";
 import {
   chat,
   leasesInRedis,
@@ -74,4 +76,69 @@ test("promoted bulk waiters take at most starvation_max_share of admissions whil
   const untilLastInteractive = order.lastIndexOf("interactive") + 1;
   const bulkMeanwhile = order.slice(0, untilLastInteractive).filter((c) => c === "bulk").length;
   assert.ok(bulkMeanwhile >= 2 && bulkMeanwhile <= 1 + 0.25 * untilLastInteractive, order.join(","));
+});
+
+test("a promotion across replicas serves the class's fair-order head, not its oldest ticket", async (t) => {
+  const url = await redisOrSkip(t);
+  if (url === undefined) return;
+  const worker = await startMockWorker({
+    maxRunningRequests: 1,
+    ttftMs: 5,
+    tokenDelayMs: 1,
+    batchSlowdown: 0,
+  });
+  t.after(() => worker.close());
+  const priority = await writeTempFile(
+    t,
+    "priority.yaml",
+    smallSchedulerYaml({
+      // Every bulk ticket is past its mark at once: each slot is handed out by the starvation pass.
+      classes: {
+        bulk: { starvation_threshold_secs: 0.001, queue_timeout_secs: 120 },
+        system: { can_preempt: false },
+      },
+      tenant_policies: { "auth:heavy": { weight: 3 }, "auth:light": { weight: 1 } },
+    }),
+  );
+  const config = await writeTempFile(
+    t,
+    "gateway.yaml",
+    stringify({
+      api_keys: ["heavy", "light"].map((name) => ({ sha256: sha256Hex(keyOf(name)), tenant: name })),
+    }),
+  );
+  const prefix = statePrefix(t);
+  const replicas = await startReplicas(t, 2, [
+    "--config",
+    config,
+    "--worker-urls",
+    worker.url,
+    "--priority-scheduler-enabled",
+    "--priority-scheduler-default-max-class",
+    "system",
+    "--priority-scheduler-config",
+    priority,
+    ...stateArgs(url, prefix),
+  ]);
+  const redis = redisClient(t, url);
+  const held = chat(replicas[0]!, { "x-smg-priority": "system", "x-mock-ttft-ms": "1500" });
+  await waitFor(async () => (await leasesInRedis(redis, prefix)) === 1, "the one slot held");
+  const order: string[] = [];
+  const send = (tenant: string, replica: number) =>
+    chat(replicas[replica]!, { ...authFor(tenant), "x-smg-priority": "bulk" }).then((reply) => {
+      order.push(tenant);
+      return reply;
+    });
+  // The light tenant's tickets are all older: oldest-first promotion would serve all 12 first.
+  const requests: Array<Promise<Reply | Error>> = [];
+  for (let i = 0; i < 12; i++) requests.push(send("light", i % 2));
+  await waitFor(async () => (await queuedInRedis(redis, prefix)) === 12, "light queued");
+  for (let i = 0; i < 12; i++) requests.push(send("heavy", (i + 1) % 2));
+  await waitFor(async () => (await queuedInRedis(redis, prefix)) === 24, "both queued");
+  for (const r of await Promise.all([held, ...requests])) {
+    assert.ok(!(r instanceof Error) && r.status === 200, r instanceof Error ? r.message : r.text);
+  }
+  // Weights 3 : 1 in fair order: heavy takes most of the first twelve slots.
+  const heavyFirst = order.slice(0, 12).filter((x) => x === "heavy").length;
+  assert.ok(heavyFirst >= 7, order.join(","));
 });

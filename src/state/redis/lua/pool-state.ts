@@ -191,8 +191,9 @@ local function promotionCredit(r)
   return credit
 end
 
--- The starvation pass: the oldest waiters past their class's mark, capacity binding. One that
--- passes a waiting higher class spends a whole credit (at most starvation_max_share of admissions).
+-- The starvation pass: the class whose oldest waiter is the oldest past its mark takes a free slot
+-- for its fair-order head, capacity binding. A promotion that passes a waiting higher class spends
+-- a whole credit (at most starvation_max_share of admissions).
 local function promoteStarving()
   while total < cap do
     local best, bestAt, bestRank = nil, nil, nil
@@ -210,7 +211,13 @@ local function promoteStarving()
     if waitersAbove(bestRank) then
       redis.call('HSET', ST, 'pc' .. bestRank, promotionCredit(bestRank) - 1, 'pa' .. bestRank, seq)
     end
-    grant(best, ticketOf(best), 'promoted')
+    -- The mark picks the class; its fair order picks the ticket, and the class floor moves, as in
+    -- the strict pass (engine.ts: promoting the oldest ticket made the class run oldest-first).
+    local top = redis.call('ZRANGE', Q[bestRank], 0, 0)[1]
+    local t = ticketOf(top)
+    local start = t.tag - t.units
+    if start > vfloor(bestRank) then redis.call('HSET', VT[bestRank], '~floor', start) end
+    grant(top, t, 'promoted')
   end
 end
 
