@@ -10,8 +10,8 @@
  *   class is queued and its class has headroom.
  * - Dispatch: starvation pass first (the class whose oldest waiter is the oldest past its threshold
  *   admits its next waiter in fair order; reservations ignored, capacity binding), then strict
- *   priority by class with reservation-aware headroom;
- *   within a class, weighted fair queuing across tenants. A promotion that passes a waiting higher
+ *   priority by class with reservation-aware headroom; within a class, weighted fair queuing
+ *   across tenants. A promotion that passes a waiting higher
  *   class spends a credit that grows by the class's starvation_max_share per admission, so
  *   promoted waiters take at most that share of admissions while higher classes wait.
  * - Preemption: a waiter of a can_preempt class that is next in line (no waiter of a higher class)
