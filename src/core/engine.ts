@@ -187,8 +187,7 @@ class PriorityScheduler implements Scheduler, PermitOwner {
   private readonly queueLimit: number[] = [];
   private readonly timeoutMs: number[] = [];
   private readonly starvationMs: number[] = [];
-  private readonly canPreempt: boolean[] = [];
-  /** Per class: preempt_after_secs in ms, Infinity for a class that may not preempt. */
+  /** Per class: preempt_after_secs in ms (0: on arrival), Infinity for a class that may not preempt. */
   private readonly preemptAfterMs: number[] = [];
   private readonly preemptionCost: ((permit: Permit) => number) | undefined;
   /** Per class: starvation_max_share, and the promotion credit as of `creditAt` admissions. */
@@ -227,8 +226,10 @@ class PriorityScheduler implements Scheduler, PermitOwner {
       this.queueLimit.push(s.queue_size);
       this.timeoutMs.push(s.queue_timeout_secs * 1000);
       this.starvationMs.push(s.starvation_threshold_secs * 1000);
-      this.canPreempt.push(s.can_preempt);
-      this.preemptAfterMs.push(s.can_preempt ? s.preempt_after_secs * 1000 : Number.POSITIVE_INFINITY);
+      // A class that may not queue (queue_size 0) preempts at once: waiting is not open to it.
+      this.preemptAfterMs.push(
+        !s.can_preempt ? Number.POSITIVE_INFINITY : s.queue_size === 0 ? 0 : s.preempt_after_secs * 1000,
+      );
       this.promotionShare.push(s.starvation_max_share);
       // A class with a share starts with one promotion in hand; a share of 0 never passes anyone.
       if (s.starvation_max_share === 0) this.promotionCredit[rank] = 0;
@@ -315,11 +316,7 @@ class PriorityScheduler implements Scheduler, PermitOwner {
     if (nothingAhead && this.slots.headroom(rank) > 0) {
       return Promise.resolve(this.admitNew(rank, requested, tenant, cost, policy));
     }
-    // A class that may not queue (queue_size 0) preempts at once: waiting is not open to it.
-    if (
-      nothingAhead &&
-      (this.preemptAfterMs[rank] === 0 || (this.queueLimit[rank] === 0 && this.canPreempt[rank]))
-    ) {
+    if (nothingAhead && this.preemptAfterMs[rank] === 0) {
       const victim = this.preemptible.victimBelow(rank, this.preemptionCost);
       if (victim !== null)
         return Promise.resolve(this.admitNew(rank, requested, tenant, cost, policy, victim));
