@@ -12,11 +12,11 @@
  * BENCHMARKS.md. Knobs: BENCH_OPS (requests per sample, default 200,000), BENCH_SAMPLES (default 5).
  */
 import { fileURLToPath } from "node:url";
+import { BUILTIN_CLASS_DEFAULTS } from "@sluice/scheduler/core/config.js";
 import { AdaptiveCapacity, type AdaptiveWorker } from "../src/capacity/adaptive.js";
-import { LoadShedding, resolveShedding } from "../src/capacity/load-shedding.js";
-import type { CapacitySource } from "../src/capacity/source.js";
-import { BUILTIN_CLASS_DEFAULTS } from "../src/core/config.js";
+import type { CapacitySource } from "../src/contracts/capacity-source.js";
 import { createScheduler, ManualClock } from "../src/index.js";
+import { LoadShedding, resolveShedding } from "../src/shedding/load-shedding.js";
 import { describeMachine, machine, writeMarkedSection } from "./lib/report.js";
 import { fmtFixed, fmtInt, median, settleHeap } from "./lib/stats.js";
 

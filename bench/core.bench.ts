@@ -12,10 +12,10 @@
  */
 import os from "node:os";
 import { fileURLToPath } from "node:url";
+import { BUILTIN_CLASS_DEFAULTS } from "@sluice/scheduler/core/config.js";
 import Bottleneck from "bottleneck";
 import PQueue from "p-queue";
 import { runOnSelectedNode } from "../scripts/node-line.js";
-import { BUILTIN_CLASS_DEFAULTS } from "../src/core/config.js";
 import {
   type ClassOverrides,
   createScheduler,

@@ -25,9 +25,11 @@
  *        [--policies round_robin,power_of_two,cache_aware,oracle] [--micro-only] [--no-micro]
  * It prints markdown; BENCHMARKS.md is the lead's to write.
  */
+
+import { mulberry32 } from "@sluice/scheduler/core/random.js";
 import { pino } from "pino";
 import { Agent, request } from "undici";
-import { mulberry32 } from "../src/core/random.js";
+import type { RoutingCandidate, RoutingPolicy, RoutingRequest } from "../src/contracts/routing-policy.js";
 import { DEFAULT_HEALTH } from "../src/gateway/options.js";
 import { type Gateway, startGateway } from "../src/gateway/server.js";
 import { type MockWorker, startMockWorker } from "../src/mock-worker/index.js";
@@ -35,7 +37,6 @@ import { promptText } from "../src/mock-worker/prefix-cache.js";
 import { createRoutingPolicy } from "../src/routing/create.js";
 import { isOverloaded, LeastLoaded, meanLoad } from "../src/routing/load.js";
 import { DEFAULT_ROUTING, type PolicyName } from "../src/routing/options.js";
-import type { RoutingCandidate, RoutingPolicy, RoutingRequest } from "../src/routing/policy.js";
 import { BodyRoutingRequest } from "../src/routing/request.js";
 import { fmtFixed, fmtInt, median } from "./lib/stats.js";
 

@@ -6,8 +6,8 @@
 import { mkdtemp, rm } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { dropKeys } from "../test/state/services.js";
-import { checkStateSoak, formatStateSoak, runStateSoak } from "../test/state/soak.js";
+import { dropKeys } from "../test/admission/services.js";
+import { checkStateSoak, formatStateSoak, runStateSoak } from "../test/admission/soak.js";
 
 const args = process.argv.slice(2);
 const value = (name: string) => (args.includes(name) ? Number(args[args.indexOf(name) + 1]) : undefined);

@@ -2,7 +2,7 @@
  * The synthetic workload: a seeded task mix (class, tenant, cost) shared by every contender, so
  * each one sees exactly the same sequence of requests.
  */
-import { mulberry32 } from "../../src/core/random.js";
+import { mulberry32 } from "@sluice/scheduler/core/random.js";
 import type { PriorityClass, TenantPolicy } from "../../src/index.js";
 
 export { mulberry32 };

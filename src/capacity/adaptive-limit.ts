@@ -155,9 +155,9 @@
  *   sloSetPoint            adaptive_slo_set_point                0.97 (the band's centre, x tpot_slo_ms;
  *                                                                > 0 and <= 1)
  */
-import type { Clock } from "../core/clock.js";
-import { ConfigError } from "../core/errors.js";
-import { mulberry32 as prng } from "../core/random.js";
+import type { Clock } from "@sluice/scheduler/core/clock.js";
+import { ConfigError } from "@sluice/scheduler/core/errors.js";
+import { mulberry32 as prng } from "@sluice/scheduler/core/random.js";
 
 /**
  * One observation of a request. An `ok` sample carries a TTFT (with the prompt length that picks

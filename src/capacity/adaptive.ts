@@ -16,10 +16,11 @@
  * overload signal (a worker's 429/503, an upstream timeout), with the worker that served it.
  * docs/adaptive.md has the law.
  */
-import { CLASSES_HIGH_TO_LOW, type PriorityClass } from "../core/class.js";
-import type { Clock } from "../core/clock.js";
-import type { ClassSnapshot } from "../core/events.js";
-import { GOLDEN_FRACTION } from "../core/random.js";
+import { CLASSES_HIGH_TO_LOW, type PriorityClass } from "@sluice/scheduler/core/class.js";
+import type { Clock } from "@sluice/scheduler/core/clock.js";
+import type { ClassSnapshot } from "@sluice/scheduler/core/events.js";
+import { GOLDEN_FRACTION } from "@sluice/scheduler/core/random.js";
+import { CapacityNotifier, type CapacitySource } from "../contracts/capacity-source.js";
 import {
   type AdaptiveDecision,
   AdaptiveLimit,
@@ -30,7 +31,6 @@ import {
   type AdaptiveTuning,
 } from "./adaptive-limit.js";
 import { Periodic } from "./periodic.js";
-import { CapacityNotifier, type CapacitySource } from "./source.js";
 
 /** What a request tells the capacity side as it goes. */
 export interface CapacityFeedback {

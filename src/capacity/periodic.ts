@@ -2,7 +2,7 @@
  * A task run every `periodMs` on an injected Clock, re-armed after each run (runs never overlap),
  * so a ManualClock drives it in tests and the simulator. Stopping is final.
  */
-import type { Clock, TimerHandle } from "../core/clock.js";
+import type { Clock, TimerHandle } from "@sluice/scheduler/core/clock.js";
 
 export class Periodic {
   private timer: TimerHandle | undefined;

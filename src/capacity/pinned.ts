@@ -2,7 +2,7 @@
  * A capacity an operator pins (admin API `PUT /api/v1/capacity`) over another source; unpinning
  * returns to that source's value. Changes apply at once.
  */
-import { CapacityNotifier, type CapacitySource } from "./source.js";
+import { CapacityNotifier, type CapacitySource } from "../contracts/capacity-source.js";
 
 export class PinnableCapacity implements CapacitySource {
   private readonly notifier = new CapacityNotifier();

@@ -5,20 +5,29 @@
  * A flag given on the command line wins over the file; the file wins over the default.
  */
 import { readFileSync } from "node:fs";
+import { PRIORITY_CLASSES, type PriorityClass, parsePriority } from "@sluice/scheduler/core/class.js";
+import type { ClassOverrides, Pricing } from "@sluice/scheduler/core/config.js";
+import { ConfigError } from "@sluice/scheduler/core/errors.js";
+import type { LegacyLimiterOptions } from "@sluice/scheduler/core/legacy.js";
 import { Command, InvalidArgumentError, Option } from "commander";
 import { parse as parseYaml } from "yaml";
 import { z } from "zod";
+import {
+  DEFAULT_LEASE_TTL_SECS,
+  DEFAULT_STATE_KEY_PREFIX,
+  defaultReplicaId,
+  REPLICA_ID_PATTERN,
+  STATE_FAIL_MODES,
+  type StateFailMode,
+  type StateOptions,
+  stateUrlProblem,
+} from "../admission/redis/options.js";
 import { type AdaptiveTuning, resolveAdaptiveLimitOptions } from "../capacity/adaptive-limit.js";
-import type { LoadSheddingOptions } from "../capacity/load-shedding.js";
 import { adaptiveTuningSchema, tuningOptions } from "../config/adaptive-tuning.js";
 import { pricingSchema } from "../config/pricing.js";
 import { schedulerFileSchema } from "../config/scheduler-file.js";
 import { toConfigError } from "../config/zod-errors.js";
-import { PRIORITY_CLASSES, type PriorityClass, parsePriority } from "../core/class.js";
-import type { ClassOverrides, Pricing } from "../core/config.js";
-import { ConfigError } from "../core/errors.js";
-import type { LegacyLimiterOptions } from "../core/legacy.js";
-import type { ClientLimits } from "../gateway/client-guard.js";
+import type { ClientLimits } from "../gateway/http/client-guard.js";
 import {
   type ApiKeySpec,
   CAPACITY_MODES,
@@ -37,16 +46,7 @@ import {
   type RoutingOptions,
 } from "../routing/options.js";
 import { DEFAULT_MAX_RETRIES } from "../routing/retry.js";
-import {
-  DEFAULT_LEASE_TTL_SECS,
-  DEFAULT_STATE_KEY_PREFIX,
-  defaultReplicaId,
-  REPLICA_ID_PATTERN,
-  STATE_FAIL_MODES,
-  type StateFailMode,
-  type StateOptions,
-  stateUrlProblem,
-} from "../state/redis/options.js";
+import type { LoadSheddingOptions } from "../shedding/load-shedding.js";
 import { otlpEndpointProblem } from "../tracing/endpoint.js";
 
 export const LOG_LEVELS = ["trace", "debug", "info", "warn", "error", "fatal", "silent"] as const;

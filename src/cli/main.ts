@@ -4,9 +4,9 @@
  * `sluice demo` (two mock workers, the gateway and a mixed-priority load with a live table), and
  * `sluice ledger query` / `sluice report` (the usage ledger, docs/ledger.md).
  */
+import { ConfigError } from "@sluice/scheduler/core/errors.js";
 import { CommanderError } from "commander";
 import { pino } from "pino";
-import { ConfigError } from "../core/errors.js";
 import { startGateway } from "../gateway/server.js";
 import { terminalSafeMessage } from "../ledger/format.js";
 import { runMockWorkerCli } from "../mock-worker/cli.js";

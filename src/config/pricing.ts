@@ -1,6 +1,7 @@
 /** `pricing` in the gateway YAML (and in simulation scenarios): USD per million tokens, per model. */
+
+import { CONFIG_MESSAGES as M, type Pricing } from "@sluice/scheduler/core/config.js";
 import { z } from "zod";
-import { CONFIG_MESSAGES as M, type Pricing } from "../core/config.js";
 
 export const pricingSchema: z.ZodType<Pricing> = z.record(
   z.string(),

@@ -6,17 +6,18 @@
  * `resolveTenantPolicies` in src/core/config.ts), which every `createScheduler` caller gets too.
  * The core itself imports neither yaml nor zod.
  */
-import { parse as parseYamlText } from "yaml";
-import { z } from "zod";
-import { parseAccessWindow } from "../core/access-window.js";
-import { PRIORITY_CLASSES } from "../core/class.js";
+
+import { parseAccessWindow } from "@sluice/scheduler/core/access-window.js";
+import { PRIORITY_CLASSES } from "@sluice/scheduler/core/class.js";
 import {
   CONFIG_MESSAGES as M,
   resolveClassSettings,
   resolveTenantPolicies,
   type SchedulerFileSettings,
-} from "../core/config.js";
-import { ConfigError } from "../core/errors.js";
+} from "@sluice/scheduler/core/config.js";
+import { ConfigError } from "@sluice/scheduler/core/errors.js";
+import { parse as parseYamlText } from "yaml";
+import { z } from "zod";
 import { toConfigError } from "./zod-errors.js";
 
 const classEnum = z.enum(PRIORITY_CLASSES, { error: () => M.className });

@@ -1,7 +1,8 @@
 /** zod issues as ConfigErrors that name the key, with the core's wording for unknown keys. */
+
+import { CONFIG_MESSAGES } from "@sluice/scheduler/core/config.js";
+import { ConfigError } from "@sluice/scheduler/core/errors.js";
 import type { z } from "zod";
-import { CONFIG_MESSAGES } from "../core/config.js";
-import { ConfigError } from "../core/errors.js";
 
 /** Turns the first zod issue into a ConfigError naming the key (`prefix` is prepended to its path). */
 export function toConfigError(error: z.ZodError, prefix = ""): ConfigError {

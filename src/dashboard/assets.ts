@@ -10,7 +10,8 @@ import { readFile } from "node:fs/promises";
 import type { IncomingMessage, ServerResponse } from "node:http";
 import { createRequire } from "node:module";
 import { fileURLToPath } from "node:url";
-import { GatewayError, sendError } from "../gateway/http-errors.js";
+import { GatewayError } from "../contracts/gateway-error.js";
+import { sendError } from "../gateway/http/http-errors.js";
 
 export const DASHBOARD_PATH = "/dashboard";
 

@@ -14,7 +14,7 @@
 import type { IncomingMessage, ServerResponse } from "node:http";
 import type { Logger } from "pino";
 import type { Registry } from "prom-client";
-import type { OutcomeSink } from "../gateway/outcome.js";
+import type { OutcomeSink } from "../contracts/outcome.js";
 import { EVENT_STREAM_HEADERS, EventClient } from "./event-stream.js";
 import { RejectionLog } from "./rejections.js";
 import { type CounterSample, readCounters, SampleRing } from "./samples.js";

@@ -4,8 +4,8 @@
  * count per error code. One more outcome sink beside the ledger and the embedder's own: O(1), never
  * waits, never throws.
  */
-import type { PriorityClass } from "../core/class.js";
-import type { OutcomeRecord, OutcomeSink } from "../gateway/outcome.js";
+import type { PriorityClass } from "@sluice/scheduler/core/class.js";
+import type { OutcomeRecord, OutcomeSink } from "../contracts/outcome.js";
 
 export const DEFAULT_REJECTIONS_KEPT = 50;
 

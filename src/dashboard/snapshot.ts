@@ -18,13 +18,13 @@
  *   ledger, ledger_hour   the ledger's state, and the last hour from its per-minute rollups
  */
 
-import type { BudgetRemaining } from "../core/budgets.js";
-import { CLASSES_HIGH_TO_LOW, classOfRank, type PriorityClass } from "../core/class.js";
-import type { TenantPolicy } from "../core/config.js";
-import type { TenantCounts } from "../gateway/tenant-activity.js";
+import type { BudgetRemaining } from "@sluice/scheduler/core/budgets.js";
+import { CLASSES_HIGH_TO_LOW, classOfRank, type PriorityClass } from "@sluice/scheduler/core/class.js";
+import type { TenantPolicy } from "@sluice/scheduler/core/config.js";
+import type { AdmissionSnapshot } from "../contracts/admission-backend.js";
+import type { TenantCounts } from "../gateway/tenancy/tenant-activity.js";
 import type { LedgerStatus, RecentUsageRead } from "../ledger/writer.js";
 import { QUEUE_WAIT_BUCKETS } from "../metrics/registry.js";
-import type { AdmissionSnapshot } from "../state/backend.js";
 import type { Rejection } from "./rejections.js";
 import {
   type CounterSample,

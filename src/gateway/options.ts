@@ -1,16 +1,17 @@
 /** Everything the gateway needs to run, already validated (the CLI builds it from flags and YAML). */
+
+import type { PriorityClass } from "@sluice/scheduler/core/class.js";
+import type { Clock } from "@sluice/scheduler/core/clock.js";
+import type { ClassOverrides, Pricing } from "@sluice/scheduler/core/config.js";
+import type { LegacyLimiterOptions } from "@sluice/scheduler/core/legacy.js";
 import type { Logger } from "pino";
+import type { StateOptions } from "../admission/redis/options.js";
 import type { AdaptiveTuning } from "../capacity/adaptive-limit.js";
-import type { LoadSheddingOptions } from "../capacity/load-shedding.js";
-import type { PriorityClass } from "../core/class.js";
-import type { Clock } from "../core/clock.js";
-import type { ClassOverrides, Pricing } from "../core/config.js";
-import type { LegacyLimiterOptions } from "../core/legacy.js";
+import type { RoutingPolicyFactory } from "../contracts/routing-policy.js";
 import type { LedgerOptions } from "../ledger/writer.js";
 import type { BreakerOptions, PolicyName, RoutingOptions } from "../routing/options.js";
-import type { RoutingPolicyFactory } from "../routing/policy.js";
-import type { StateOptions } from "../state/redis/options.js";
-import type { ClientLimits } from "./client-guard.js";
+import type { LoadSheddingOptions } from "../shedding/load-shedding.js";
+import type { ClientLimits } from "./http/client-guard.js";
 
 /** Worker choice inside a pool (docs/routing.md). */
 export type WorkerPolicy = PolicyName;

@@ -5,21 +5,27 @@
  */
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from "node:http";
 import type { AddressInfo } from "node:net";
-import type { Logger } from "pino";
-import { AdaptiveCapacity, heldBackOf } from "../capacity/adaptive.js";
-import { LoadShedding, resolveShedding } from "../capacity/load-shedding.js";
-import { PinnableCapacity } from "../capacity/pinned.js";
-import { BudgetBook } from "../core/budgets.js";
-import { CLASSES_HIGH_TO_LOW, clamp, parsePriority } from "../core/class.js";
-import { realClock } from "../core/clock.js";
+import { BudgetBook } from "@sluice/scheduler/core/budgets.js";
+import { CLASSES_HIGH_TO_LOW, clamp, parsePriority } from "@sluice/scheduler/core/class.js";
+import { realClock } from "@sluice/scheduler/core/clock.js";
 import {
   BUILTIN_CLASS_DEFAULTS,
   type ClassOverrides,
   type ClassSettingsTable,
   type SchedulerFileSettings,
   type TenantPolicy,
-} from "../core/config.js";
-import { ConfigError } from "../core/errors.js";
+} from "@sluice/scheduler/core/config.js";
+import { ConfigError } from "@sluice/scheduler/core/errors.js";
+import type { Logger } from "pino";
+import { createInProcessBackend, type InProcessOptions } from "../admission/in-process.js";
+import { startSharedState } from "../admission/redis/index.js";
+import { AdaptiveCapacity, heldBackOf } from "../capacity/adaptive.js";
+import { PinnableCapacity } from "../capacity/pinned.js";
+import { loadSchedulerFile } from "../config/policy-file.js";
+import type { AdmissionBackend } from "../contracts/admission-backend.js";
+import { GatewayError, toGatewayError } from "../contracts/gateway-error.js";
+import type { OutcomeSink } from "../contracts/outcome.js";
+import { newRequestId, requestIdFor } from "../contracts/request-id.js";
 import { Dashboard } from "../dashboard/dashboard.js";
 import { startLedger } from "../ledger/index.js";
 import type { LedgerWriter } from "../ledger/writer.js";
@@ -28,33 +34,28 @@ import { createMetrics, type SluiceMetrics } from "../metrics/index.js";
 import { registerPoolMetrics } from "../metrics/pools.js";
 import { registerRetryMetrics, registerRoutingMetrics } from "../metrics/routing.js";
 import { DEFAULT_MAX_RETRIES } from "../routing/retry.js";
-import type { AdmissionBackend } from "../state/backend.js";
-import { createInProcessBackend, type InProcessOptions } from "../state/in-process.js";
-import { startSharedState } from "../state/redis/index.js";
-import { type AdminServer, startAdminServer } from "./admin.js";
+import { LoadShedding, resolveShedding } from "../shedding/load-shedding.js";
+import { type AdminServer, startAdminServer } from "./admin/admin.js";
+import { FleetAdmission } from "./fleet/fleet-admission.js";
+import { FleetCapacity } from "./fleet/fleet-capacity.js";
+import { type ModelPool, ModelPools, type PoolFactory } from "./fleet/model-pools.js";
+import { WorkerPool } from "./fleet/workers.js";
 import {
   type ClientLimits,
   closeAfterAnswer,
   DEFAULT_CLIENT_LIMITS,
   guardServer,
   serverTimeouts,
-} from "./client-guard.js";
-import { DEFAULT_MAX_COST_TOKENS } from "./cost.js";
-import { FleetAdmission } from "./fleet-admission.js";
-import { FleetCapacity } from "./fleet-capacity.js";
-import { GatewayError, sendError, sendJson, toGatewayError } from "./http-errors.js";
-import { Lease, type LeaseContext } from "./lease.js";
-import { type LifecycleContext, runLifecycle } from "./lifecycle.js";
-import { type ModelPool, ModelPools, type PoolFactory } from "./model-pools.js";
+} from "./http/client-guard.js";
+import { sendError, sendJson } from "./http/http-errors.js";
+import { checkRequest, pathOf } from "./http/request-checks.js";
 import type { CapacityOptions, GatewayOptions } from "./options.js";
-import type { OutcomeSink } from "./outcome.js";
-import { OutputLengths } from "./output-lengths.js";
-import { loadSchedulerFile } from "./policy-file.js";
-import { checkRequest, pathOf } from "./request-checks.js";
-import { newRequestId, requestIdFor } from "./request-id.js";
-import { TenantActivity } from "./tenant-activity.js";
-import { TenantResolver } from "./tenants.js";
-import { WorkerPool } from "./workers.js";
+import { DEFAULT_MAX_COST_TOKENS } from "./request/cost.js";
+import { Lease, type LeaseContext } from "./request/lease.js";
+import { type LifecycleContext, runLifecycle } from "./request/lifecycle.js";
+import { OutputLengths } from "./request/output-lengths.js";
+import { TenantActivity } from "./tenancy/tenant-activity.js";
+import { TenantResolver } from "./tenancy/tenants.js";
 
 export interface Gateway {
   readonly url: string;

@@ -2,8 +2,8 @@
  * The ledger's row: one per request, built from the gateway's outcome record. The `usage` table has
  * exactly these columns, in this order, in every sink (docs/ledger.md).
  */
-import type { OutcomeRecord } from "../gateway/outcome.js";
-import { newRequestId } from "../gateway/request-id.js";
+import type { OutcomeRecord } from "../contracts/outcome.js";
+import { newRequestId } from "../contracts/request-id.js";
 
 /** Column types, named portably; each sink maps them to its own SQL types. */
 export type ColumnType = "bigint" | "integer" | "double" | "text";

@@ -26,7 +26,7 @@
  */
 import type { Logger } from "pino";
 import { Counter, Gauge, type Registry } from "prom-client";
-import type { OutcomeRecord, OutcomeSink } from "../gateway/outcome.js";
+import type { OutcomeRecord, OutcomeSink } from "../contracts/outcome.js";
 import { RECENT_SPAN_MS, type RecentUsage } from "./recent.js";
 import { type LedgerRow, minuteOf, TS_MS, toLedgerRow } from "./row.js";
 import { type LedgerSink, LedgerUnavailableError } from "./sink.js";

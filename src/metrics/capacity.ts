@@ -2,11 +2,12 @@
  * Metrics of adaptive capacity and shedding (docs/adaptive.md), read at scrape time from their
  * controllers: the limit and the signals it follows, its moves, and what was shed and why.
  */
+
+import { PRIORITY_CLASSES, type PriorityClass } from "@sluice/scheduler/core/class.js";
 import { Counter, Gauge, type Registry } from "prom-client";
 import type { AdaptiveCounters } from "../capacity/adaptive.js";
 import type { AdaptiveLimitSnapshot } from "../capacity/adaptive-limit.js";
-import type { LoadSheddingStatus, ShedReason } from "../capacity/load-shedding.js";
-import { PRIORITY_CLASSES, type PriorityClass } from "../core/class.js";
+import type { LoadSheddingStatus, ShedReason } from "../shedding/load-shedding.js";
 
 export const CAPACITY_METRIC_NAMES = {
   limit: "sluice_capacity_limit",

@@ -4,9 +4,10 @@
  * the label set is bounded by the pools that exist. `sluice_pool_served_model` maps every model a
  * pool serves to its pool. The contract's `smg_scheduler_*` series stay fleet totals.
  */
+
+import { CLASSES_HIGH_TO_LOW } from "@sluice/scheduler/core/class.js";
 import { Counter, Gauge, type Registry } from "prom-client";
-import { CLASSES_HIGH_TO_LOW } from "../core/class.js";
-import type { ModelPool } from "../gateway/model-pools.js";
+import type { PoolView } from "../contracts/pool-view.js";
 
 export const POOL_METRIC_NAMES = {
   capacity: "sluice_pool_capacity",
@@ -33,9 +34,9 @@ const ROOM_WAIT_OUTCOMES = [
 /** At most this many served models per pool are listed in `sluice_pool_served_model`. */
 export const MAX_SERVED_MODEL_LABELS = 64;
 
-export function registerPoolMetrics(registry: Registry, pools: () => readonly ModelPool[]): void {
+export function registerPoolMetrics(registry: Registry, pools: () => readonly PoolView[]): void {
   const registers = [registry];
-  const perPool = (name: string, help: string, read: (p: ModelPool) => number) =>
+  const perPool = (name: string, help: string, read: (p: PoolView) => number) =>
     new Gauge({
       name,
       help,

@@ -11,6 +11,13 @@
  *   the rest share `other`; a tenant that drops out of the top N has its series removed.
  * - Each SluiceMetrics has its own Registry (never prom-client's global one), so several can coexist.
  */
+
+import { CLASS_RANK, PRIORITY_CLASSES, type PriorityClass } from "@sluice/scheduler/core/class.js";
+import {
+  ADMISSION_OUTCOMES,
+  type SchedulerObserver,
+  type SchedulerSnapshot,
+} from "@sluice/scheduler/core/events.js";
 import {
   type CollectFunction,
   Counter,
@@ -20,8 +27,6 @@ import {
   type PrometheusContentType,
   Registry,
 } from "prom-client";
-import { CLASS_RANK, PRIORITY_CLASSES, type PriorityClass } from "../core/class.js";
-import { ADMISSION_OUTCOMES, type SchedulerObserver, type SchedulerSnapshot } from "../core/events.js";
 import { DEFAULT_TENANT_METRIC_TOP_N, TenantLabeler } from "./tenant-labels.js";
 
 /** Queue-wait buckets in seconds: 1 ms to 300 s, with every built-in class timeout (5, 30, 60, 120, 300). */

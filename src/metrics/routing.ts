@@ -4,8 +4,8 @@
  * circuit state (0 closed, 1 open, 2 half-open), read at scrape time.
  */
 import { Counter, Gauge, Histogram, type Registry } from "prom-client";
+import type { ChoiceCounter, RoutingObserver } from "../contracts/routing-policy.js";
 import { CIRCUIT_STATE_VALUE, type CircuitState } from "../routing/circuit-breaker.js";
-import type { ChoiceCounter, RoutingObserver } from "../routing/policy.js";
 import { RETRY_REASONS, type RetryReason } from "../routing/retry.js";
 
 export const ROUTING_METRIC_NAMES = {

@@ -38,7 +38,7 @@
  * - The tenant keys `other` and the empty string are never given a label of their own (they would be
  *   indistinguishable from the shared bucket, or from a missing label); they are always `other`.
  */
-import { IndexedHeap } from "../core/heap.js";
+import { IndexedHeap } from "@sluice/scheduler/core/heap.js";
 
 /** The shared label of every tenant outside the top N. */
 export const OTHER_TENANT = "other";

@@ -14,14 +14,15 @@
  * text is a prefix of its tokens (up to the one token that straddles the boundary), so the share of
  * matched characters approximates the share of cached tokens at no tokenization cost.
  */
-import { isOverloaded, LeastLoaded, meanLoad } from "./load.js";
+
 import type {
   ChoiceCounter,
   RoutingCandidate,
   RoutingObserver,
   RoutingPolicy,
   RoutingRequest,
-} from "./policy.js";
+} from "../contracts/routing-policy.js";
+import { isOverloaded, LeastLoaded, meanLoad } from "./load.js";
 import { PrefixTree, type TreeNode } from "./prefix-tree.js";
 
 export interface CacheAwareOptions {

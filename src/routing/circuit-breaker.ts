@@ -18,7 +18,7 @@
  * they bring back does). The health checks' verdict is always the circuit's: a worker they have out
  * is open, so both report the same thing.
  */
-import type { Clock } from "../core/clock.js";
+import type { Clock } from "@sluice/scheduler/core/clock.js";
 import type { BreakerOptions } from "./options.js";
 
 export type CircuitState = "closed" | "open" | "half_open";

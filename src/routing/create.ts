@@ -1,12 +1,13 @@
 /** Builds a policy by name: one instance per worker set (pool), each with its own state. */
-import { CacheAwarePolicy } from "./cache-aware.js";
-import type { RoutingOptions } from "./options.js";
+
 import {
   NO_ROUTING_OBSERVER,
   type RoutingCandidate,
   type RoutingObserver,
   type RoutingPolicy,
-} from "./policy.js";
+} from "../contracts/routing-policy.js";
+import { CacheAwarePolicy } from "./cache-aware.js";
+import type { RoutingOptions } from "./options.js";
 import { PowerOfTwoPolicy } from "./power-of-two.js";
 import { PrefixHashPolicy } from "./prefix-hash.js";
 import { RandomPolicy } from "./random.js";

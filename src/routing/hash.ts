@@ -3,8 +3,8 @@
  * rendezvous (highest-random-weight) hashing, which is consistent:
  * when a worker leaves, only the keys it held move, each to the worker that scored next for it.
  */
-import { fmix32, fnv1a } from "../core/hash.js";
-import type { RoutingCandidate } from "./policy.js";
+import { fmix32, fnv1a } from "@sluice/scheduler/core/hash.js";
+import type { RoutingCandidate } from "../contracts/routing-policy.js";
 
 /** The score of `worker` for `key`: the worker with the highest score owns the key. */
 export function rendezvousScore(key: number, workerHash: number): number {

@@ -2,7 +2,7 @@
  * Load rules shared by the policies: the least-loaded choice and the reference gateway's overload
  * gate. Load is a worker's in-flight requests from this gateway.
  */
-import type { RoutingCandidate } from "./policy.js";
+import type { RoutingCandidate } from "../contracts/routing-policy.js";
 
 /** Mean in-flight requests over `candidates` (0 for none). */
 export function meanLoad(candidates: readonly RoutingCandidate[]): number {

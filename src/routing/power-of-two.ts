@@ -1,5 +1,10 @@
 /** `power_of_two`: the less loaded of two distinct random candidates. */
-import type { ChoiceCounter, RoutingCandidate, RoutingObserver, RoutingPolicy } from "./policy.js";
+import type {
+  ChoiceCounter,
+  RoutingCandidate,
+  RoutingObserver,
+  RoutingPolicy,
+} from "../contracts/routing-policy.js";
 
 /** The less loaded of two distinct random candidates (n >= 2). */
 export function lessLoadedOfTwo<W extends RoutingCandidate>(

@@ -9,15 +9,15 @@
  * 1024 characters costs several times more), of which 32 bits key the rendezvous.
  */
 import { hash } from "node:crypto";
-import { rendezvousPick } from "./hash.js";
-import { isOverloaded, LeastLoaded, meanLoad } from "./load.js";
 import type {
   ChoiceCounter,
   RoutingCandidate,
   RoutingObserver,
   RoutingPolicy,
   RoutingRequest,
-} from "./policy.js";
+} from "../contracts/routing-policy.js";
+import { rendezvousPick } from "./hash.js";
+import { isOverloaded, LeastLoaded, meanLoad } from "./load.js";
 
 export const PREFIX_HASH_CHARS = 1024;
 

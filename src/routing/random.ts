@@ -1,5 +1,10 @@
 /** `random`: a uniformly random candidate. */
-import type { ChoiceCounter, RoutingCandidate, RoutingObserver, RoutingPolicy } from "./policy.js";
+import type {
+  ChoiceCounter,
+  RoutingCandidate,
+  RoutingObserver,
+  RoutingPolicy,
+} from "../contracts/routing-policy.js";
 
 export class RandomPolicy<W extends RoutingCandidate> implements RoutingPolicy<W> {
   readonly name = "random";

@@ -4,7 +4,7 @@
  * two, session) cost nothing for it.
  */
 import type { IncomingHttpHeaders } from "node:http";
-import type { RoutingRequest } from "./policy.js";
+import type { RoutingRequest } from "../contracts/routing-policy.js";
 
 /**
  * The prompt as one string: each chat message as `role\ncontent\n` (text parts of a content array

@@ -1,5 +1,10 @@
 /** `round_robin`: the candidates in turn. */
-import type { ChoiceCounter, RoutingCandidate, RoutingObserver, RoutingPolicy } from "./policy.js";
+import type {
+  ChoiceCounter,
+  RoutingCandidate,
+  RoutingObserver,
+  RoutingPolicy,
+} from "../contracts/routing-policy.js";
 
 export class RoundRobinPolicy<W extends RoutingCandidate> implements RoutingPolicy<W> {
   readonly name = "round_robin";

@@ -5,15 +5,15 @@
  * move (each to the worker that scored next for it). No overload gate: a session's affinity is the
  * point. A request without the header goes to the less loaded of two random candidates.
  */
-import { fnv1a } from "../core/hash.js";
-import { rendezvousPick } from "./hash.js";
+import { fnv1a } from "@sluice/scheduler/core/hash.js";
 import type {
   ChoiceCounter,
   RoutingCandidate,
   RoutingObserver,
   RoutingPolicy,
   RoutingRequest,
-} from "./policy.js";
+} from "../contracts/routing-policy.js";
+import { rendezvousPick } from "./hash.js";
 import { lessLoadedOfTwo } from "./power-of-two.js";
 
 export class SessionPolicy<W extends RoutingCandidate> implements RoutingPolicy<W> {

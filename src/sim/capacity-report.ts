@@ -10,7 +10,7 @@
  *   bucket in which a lower class got in (shed_inversions: 0 is "nothing shed while a lower class
  *   was let in").
  */
-import { classOfRank, PRIORITY_CLASSES, type PriorityClass } from "../core/class.js";
+import { classOfRank, PRIORITY_CLASSES, type PriorityClass } from "@sluice/scheduler/core/class.js";
 import { OUTCOME_INDEX, type RequestLog } from "./log.js";
 import type { RunResult } from "./run.js";
 import type { Scenario } from "./scenario.js";

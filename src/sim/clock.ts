@@ -8,7 +8,7 @@
  * ManualClock would work too, but `advance` scans its timer list on every call and cannot say when
  * its next timer is due; sharing one heap is exact and O(log n).)
  */
-import type { Clock, TimerHandle } from "../core/clock.js";
+import type { Clock, TimerHandle } from "@sluice/scheduler/core/clock.js";
 
 export class SimEvent {
   dead = false;

@@ -8,12 +8,12 @@
  * `settled()` counts acquire promises that have been resolved or rejected, synchronously, so the
  * event loop knows when every reaction it must run before moving time has run.
  */
-import type { PriorityClass } from "../core/class.js";
-import type { Clock } from "../core/clock.js";
-import { createScheduler, type Scheduler } from "../core/engine.js";
-import { ConfigError } from "../core/errors.js";
-import type { Permit } from "../core/inflight.js";
-import { createLegacyLimiter } from "../core/legacy.js";
+import type { PriorityClass } from "@sluice/scheduler/core/class.js";
+import type { Clock } from "@sluice/scheduler/core/clock.js";
+import { createScheduler, type Scheduler } from "@sluice/scheduler/core/engine.js";
+import { ConfigError } from "@sluice/scheduler/core/errors.js";
+import type { Permit } from "@sluice/scheduler/core/inflight.js";
+import { createLegacyLimiter } from "@sluice/scheduler/core/legacy.js";
 import type { PolicyName, Scenario } from "./scenario.js";
 import { StrictScheduler } from "./strict.js";
 

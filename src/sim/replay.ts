@@ -13,7 +13,7 @@
  */
 import { closeSync, openSync, readSync } from "node:fs";
 import { StringDecoder } from "node:string_decoder";
-import { ConfigError } from "../core/errors.js";
+import { ConfigError } from "@sluice/scheduler/core/errors.js";
 
 export interface ReplaySpec {
   path: string;

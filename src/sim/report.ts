@@ -7,9 +7,14 @@
  * Every number is rounded so the JSON is compact; nothing in it depends on wall time.
  */
 
+import {
+  CLASS_COUNT,
+  classOfRank,
+  PRIORITY_CLASSES,
+  type PriorityClass,
+} from "@sluice/scheduler/core/class.js";
 import type { AdaptiveLimitSnapshot } from "../capacity/adaptive-limit.js";
-import type { LoadSheddingStatus } from "../capacity/load-shedding.js";
-import { CLASS_COUNT, classOfRank, PRIORITY_CLASSES, type PriorityClass } from "../core/class.js";
+import type { LoadSheddingStatus } from "../shedding/load-shedding.js";
 import {
   type CapacityWindow,
   capacityWindow,

@@ -20,15 +20,22 @@
  * fleet (the legacy limiter and the reference scheduler have no pools) and only route by pool.
  * Budgets are fleet-wide.
  */
+
+import { BudgetBook, type BudgetHold } from "@sluice/scheduler/core/budgets.js";
+import {
+  CLASS_COUNT,
+  CLASS_RANK,
+  classOfRank,
+  PRIORITY_CLASSES,
+  type PriorityClass,
+} from "@sluice/scheduler/core/class.js";
+import { Slots } from "@sluice/scheduler/core/slots.js";
 import { AdaptiveCapacity, heldBackOf } from "../capacity/adaptive.js";
 import type { AdaptiveLimitSnapshot } from "../capacity/adaptive-limit.js";
-import { LoadShedding, type LoadSheddingStatus, resolveShedding } from "../capacity/load-shedding.js";
 import { Periodic } from "../capacity/periodic.js";
-import { CapacityNotifier, type CapacitySource } from "../capacity/source.js";
-import { BudgetBook, type BudgetHold } from "../core/budgets.js";
-import { CLASS_COUNT, CLASS_RANK, classOfRank, PRIORITY_CLASSES, type PriorityClass } from "../core/class.js";
-import { Slots } from "../core/slots.js";
-import { ERROR_TABLE } from "../gateway/error-table.js";
+import { CapacityNotifier, type CapacitySource } from "../contracts/capacity-source.js";
+import { ERROR_TABLE } from "../contracts/error-table.js";
+import { LoadShedding, type LoadSheddingStatus, resolveShedding } from "../shedding/load-shedding.js";
 import { EventQueue, SimClock } from "./clock.js";
 import { FairnessGroup, type Window } from "./fairness.js";
 import { NO_POOL, OUTCOME_INDEX, type Outcome, REJECTIONS, RequestLog } from "./log.js";

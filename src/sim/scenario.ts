@@ -8,6 +8,15 @@
  */
 import { readFileSync } from "node:fs";
 import { basename, dirname, isAbsolute, resolve } from "node:path";
+import { PRIORITY_CLASSES, type PriorityClass } from "@sluice/scheduler/core/class.js";
+import {
+  type ClassSettingsTable,
+  type Pricing,
+  requiredReservation,
+  resolveTenantPolicies,
+  type TenantPolicy,
+} from "@sluice/scheduler/core/config.js";
+import { ConfigError } from "@sluice/scheduler/core/errors.js";
 import { parse as parseYaml } from "yaml";
 import { z } from "zod";
 import {
@@ -15,20 +24,11 @@ import {
   type AdaptiveTuning,
   resolveAdaptiveLimitOptions,
 } from "../capacity/adaptive-limit.js";
-import { LoadShedding, type LoadSheddingOptions, resolveShedding } from "../capacity/load-shedding.js";
 import { adaptiveTuningSchema, tuningOptions } from "../config/adaptive-tuning.js";
 import { pricingSchema } from "../config/pricing.js";
 import { parseSchedulerConfig, parseSchedulerYaml } from "../config/scheduler-file.js";
-import { PRIORITY_CLASSES, type PriorityClass } from "../core/class.js";
-import {
-  type ClassSettingsTable,
-  type Pricing,
-  requiredReservation,
-  resolveTenantPolicies,
-  type TenantPolicy,
-} from "../core/config.js";
-import { ConfigError } from "../core/errors.js";
-import { formPools } from "../gateway/pool-formation.js";
+import { formPools } from "../gateway/fleet/pool-formation.js";
+import { LoadShedding, type LoadSheddingOptions, resolveShedding } from "../shedding/load-shedding.js";
 import { EventQueue, SimClock } from "./clock.js";
 import { type KvPolicy, PROFILE_NAMES, WORKER_PROFILES, type WorkerProfile } from "./profiles.js";
 import { alignReplays, loadReplay, type ReplayTrace } from "./replay.js";

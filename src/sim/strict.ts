@@ -13,10 +13,19 @@
  * unused reservations of the classes above c); on a capacity dip the reservations are clamped
  * highest class first, as in sluice, so the two differ only in their queueing discipline.
  */
-import { CLASS_COUNT, CLASS_RANK, classOfRank, type PriorityClass } from "../core/class.js";
-import type { Clock, TimerHandle } from "../core/clock.js";
-import { type ClassSettingsTable, requiredReservation, type TenantPolicy } from "../core/config.js";
-import { ClientCancelledError, PreemptedError, QueueFullError, QueueTimeoutError } from "../core/errors.js";
+import { CLASS_COUNT, CLASS_RANK, classOfRank, type PriorityClass } from "@sluice/scheduler/core/class.js";
+import type { Clock, TimerHandle } from "@sluice/scheduler/core/clock.js";
+import {
+  type ClassSettingsTable,
+  requiredReservation,
+  type TenantPolicy,
+} from "@sluice/scheduler/core/config.js";
+import {
+  ClientCancelledError,
+  PreemptedError,
+  QueueFullError,
+  QueueTimeoutError,
+} from "@sluice/scheduler/core/errors.js";
 
 export class StrictPermit {
   firstByte = false;

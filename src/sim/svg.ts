@@ -2,7 +2,7 @@
  * A small SVG writer for the simulator's charts: line panels side by side (one per policy, on
  * shared axes) and grouped bars. Plain strings, no browser, deterministic output.
  */
-import { PRIORITY_CLASSES, type PriorityClass } from "../core/class.js";
+import { PRIORITY_CLASSES, type PriorityClass } from "@sluice/scheduler/core/class.js";
 import type { Report } from "./report.js";
 import type { PolicyName } from "./scenario.js";
 

@@ -3,7 +3,7 @@
  * queue wait, TTFT and throughput; per model pool (with several) its admissions, queue wait and
  * goodput; fairness per class; the scenario's expectations per policy.
  */
-import { CLASSES_HIGH_TO_LOW } from "../core/class.js";
+import { CLASSES_HIGH_TO_LOW } from "@sluice/scheduler/core/class.js";
 import type { CapacityWindow } from "./capacity-report.js";
 import type { PolicyReport, PoolStats, Report } from "./report.js";
 import type { PolicyName } from "./scenario.js";

@@ -17,8 +17,8 @@
  */
 import { cpus, loadavg, totalmem } from "node:os";
 import { fileURLToPath } from "node:url";
-import { CLASSES_HIGH_TO_LOW, type PriorityClass } from "../core/class.js";
-import { BUILTIN_CLASS_DEFAULTS, type ClassSettingsTable } from "../core/config.js";
+import { CLASSES_HIGH_TO_LOW, type PriorityClass } from "@sluice/scheduler/core/class.js";
+import { BUILTIN_CLASS_DEFAULTS, type ClassSettingsTable } from "@sluice/scheduler/core/config.js";
 import { simulate } from "./index.js";
 import { kneeSweep } from "./knee.js";
 import { rewriteSection } from "./output.js";

@@ -5,7 +5,7 @@
  * and a think time.
  */
 import { readFileSync } from "node:fs";
-import { ConfigError } from "../core/errors.js";
+import { ConfigError } from "@sluice/scheduler/core/errors.js";
 import type { Rng } from "./rng.js";
 
 export type LengthSpec =

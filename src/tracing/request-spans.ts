@@ -8,7 +8,7 @@
  */
 import type { IncomingMessage } from "node:http";
 import { type Context, type Span, SpanKind, SpanStatusCode, type Tracer, trace } from "@opentelemetry/api";
-import type { OutcomeRecord } from "../gateway/outcome.js";
+import type { OutcomeRecord } from "../contracts/outcome.js";
 import {
   ATTR_ADMISSION,
   ATTR_ATTEMPT,

@@ -6,13 +6,13 @@
  */
 import assert from "node:assert/strict";
 import { describe, type TestContext, test } from "node:test";
+import { ManualClock } from "@sluice/scheduler/core/clock.js";
+import type { StateOptions } from "../../src/admission/redis/options.js";
 import { PACE_MIN_TAIL_TOKENS } from "../../src/capacity/adaptive.js";
 import type { AdaptiveTuning } from "../../src/capacity/adaptive-limit.js";
-import { ManualClock } from "../../src/core/clock.js";
 import type { MockWorker, MockWorkerOptions } from "../../src/mock-worker/index.js";
-import type { StateOptions } from "../../src/state/redis/options.js";
+import { redisOrSkip, statePrefix } from "../admission/services.js";
 import { type Fleet, metric, schedulerDoc, startFleet } from "../harness.js";
-import { redisOrSkip, statePrefix } from "../state/services.js";
 
 const KNEE = 8;
 const TPOT_SLO_MS = 12;

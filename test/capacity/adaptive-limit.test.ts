@@ -1,6 +1,9 @@
 import assert from "node:assert/strict";
 import { readFileSync } from "node:fs";
 import { describe, test } from "node:test";
+import { ManualClock } from "@sluice/scheduler/core/clock.js";
+import { ConfigError } from "@sluice/scheduler/core/errors.js";
+import { mulberry32 as prng } from "@sluice/scheduler/core/random.js";
 import {
   ADAPTIVE_LIMIT_DEFAULTS,
   ADAPTIVE_LIMIT_KEYS,
@@ -12,9 +15,6 @@ import {
   TTFT_BUCKET_BOUNDS,
   ttftBucketOf,
 } from "../../src/capacity/adaptive-limit.js";
-import { ManualClock } from "../../src/core/clock.js";
-import { ConfigError } from "../../src/core/errors.js";
-import { mulberry32 as prng } from "../../src/core/random.js";
 
 // ---------------------------------------------------------------------------------------------
 // A simulated worker pool with a knee, driven window by window (1 window = windowMs = 1 s).
@@ -1057,7 +1057,11 @@ describe("AdaptiveLimit: a pure core module", () => {
   test("imports only the clock and the errors; no wall clock, no timers", () => {
     const source = readFileSync(new URL("../../src/capacity/adaptive-limit.ts", import.meta.url), "utf8");
     const imports = [...source.matchAll(/^import .* from "(.*)";$/gm)].map((m) => m[1]);
-    assert.deepEqual(imports, ["../core/clock.js", "../core/errors.js", "../core/random.js"]);
+    assert.deepEqual(imports, [
+      "@sluice/scheduler/core/clock.js",
+      "@sluice/scheduler/core/errors.js",
+      "@sluice/scheduler/core/random.js",
+    ]);
     for (const banned of ["Date.now", "setTimeout", "setInterval", "performance", "node:"]) {
       assert.ok(!source.includes(banned), banned);
     }

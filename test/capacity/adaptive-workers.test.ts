@@ -6,12 +6,12 @@
  */
 import assert from "node:assert/strict";
 import { describe, test } from "node:test";
+import type { PriorityClass } from "@sluice/scheduler/core/class.js";
+import { ManualClock } from "@sluice/scheduler/core/clock.js";
+import type { ClassSnapshot } from "@sluice/scheduler/core/events.js";
 import { AdaptiveCapacity, type AdaptiveWorker, heldBackOf } from "../../src/capacity/adaptive.js";
 import { PinnableCapacity } from "../../src/capacity/pinned.js";
-import { CapacityNotifier, type CapacitySource } from "../../src/capacity/source.js";
-import type { PriorityClass } from "../../src/core/class.js";
-import { ManualClock } from "../../src/core/clock.js";
-import type { ClassSnapshot } from "../../src/core/events.js";
+import { CapacityNotifier, type CapacitySource } from "../../src/contracts/capacity-source.js";
 
 function fakeWorker(url: string, capacity: number): AdaptiveWorker & { inflight: number } {
   return { url, availableCapacity: capacity, inflight: 0, adaptiveLimit: undefined };

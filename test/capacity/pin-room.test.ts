@@ -9,7 +9,7 @@
  */
 import assert from "node:assert/strict";
 import { describe, test } from "node:test";
-import { ROOM_WAIT_MS } from "../../src/gateway/workers.js";
+import { ROOM_WAIT_MS } from "../../src/gateway/fleet/workers.js";
 import { assertError, assertOk, metric, smallSchedulerYaml, startFleet, waitFor } from "../harness.js";
 
 const SLOW = { "x-mock-ttft-ms": "800" };

@@ -1,8 +1,8 @@
 import assert from "node:assert/strict";
 import { describe, test } from "node:test";
+import { inWindow, parseAccessWindow } from "@sluice/scheduler/core/access-window.js";
+import { ConfigError } from "@sluice/scheduler/core/errors.js";
 import { parseSchedulerYaml } from "../../src/config/scheduler-file.js";
-import { inWindow, parseAccessWindow } from "../../src/core/access-window.js";
-import { ConfigError } from "../../src/core/errors.js";
 
 // January 2026: the 1st is a Thursday, so Mon 5, Thu 8, Fri 9, Sat 10, Sun 11, Mon 12.
 const MON = 5;

@@ -1,16 +1,16 @@
 import assert from "node:assert/strict";
 import { describe, test } from "node:test";
-import { pricingSchema } from "../../src/config/pricing.js";
-import { parseSchedulerYaml } from "../../src/config/scheduler-file.js";
 import {
   BudgetBook,
   type BudgetHold,
   type BudgetRejection,
   periodStart,
   type Usage,
-} from "../../src/core/budgets.js";
-import { ManualClock } from "../../src/core/clock.js";
-import type { Pricing, TenantPolicy } from "../../src/core/config.js";
+} from "@sluice/scheduler/core/budgets.js";
+import { ManualClock } from "@sluice/scheduler/core/clock.js";
+import type { Pricing, TenantPolicy } from "@sluice/scheduler/core/config.js";
+import { pricingSchema } from "../../src/config/pricing.js";
+import { parseSchedulerYaml } from "../../src/config/scheduler-file.js";
 
 /** Saturday 31 January 2026, 23:59 UTC: one minute before both a day and a month boundary. */
 const JAN31_2359 = Date.UTC(2026, 0, 31, 23, 59);

@@ -1,6 +1,6 @@
 import assert from "node:assert/strict";
 import { describe, test } from "node:test";
-import { clamp, PRIORITY_CLASSES, type PriorityClass, parsePriority } from "../../src/core/class.js";
+import { clamp, PRIORITY_CLASSES, type PriorityClass, parsePriority } from "@sluice/scheduler/core/class.js";
 
 describe("parsePriority", () => {
   test("exact lowercase names parse to themselves and are not unknown", () => {

@@ -1,5 +1,13 @@
 import assert from "node:assert/strict";
 import { describe, test } from "node:test";
+import {
+  BUILTIN_CLASS_DEFAULTS,
+  CLASS_SETTING_KEYS,
+  resolveClassSettings,
+  TENANT_POLICY_KEYS,
+  validateClassBlock,
+  validateTenantPolicy,
+} from "@sluice/scheduler/core/config.js";
 import fc from "fast-check";
 import type { z } from "zod";
 import {
@@ -9,14 +17,6 @@ import {
   tenantPolicySchema,
 } from "../../src/config/scheduler-file.js";
 import { toConfigError } from "../../src/config/zod-errors.js";
-import {
-  BUILTIN_CLASS_DEFAULTS,
-  CLASS_SETTING_KEYS,
-  resolveClassSettings,
-  TENANT_POLICY_KEYS,
-  validateClassBlock,
-  validateTenantPolicy,
-} from "../../src/core/config.js";
 import {
   ConfigError,
   createScheduler,

@@ -1,7 +1,7 @@
 import assert from "node:assert/strict";
 import { describe, test } from "node:test";
-import type { ClassOverrides } from "../../src/core/config.js";
-import type { SchedulerPermit } from "../../src/core/inflight.js";
+import type { ClassOverrides } from "@sluice/scheduler/core/config.js";
+import type { SchedulerPermit } from "@sluice/scheduler/core/inflight.js";
 import {
   ClientCancelledError,
   ManualClock,

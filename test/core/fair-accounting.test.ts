@@ -6,7 +6,7 @@
  */
 import assert from "node:assert/strict";
 import { describe, test } from "node:test";
-import type { SchedulerPermit } from "../../src/core/inflight.js";
+import type { SchedulerPermit } from "@sluice/scheduler/core/inflight.js";
 import { ManualClock, type SchedulerOptions } from "../../src/index.js";
 import {
   createTestScheduler,

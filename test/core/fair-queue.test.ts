@@ -11,7 +11,7 @@ import {
   MAX_IDLE_FLOWS,
   type QueueItem,
   RENORMALIZE_AT,
-} from "../../src/core/fair-queue.js";
+} from "@sluice/scheduler/core/fair-queue.js";
 
 class Item implements QueueItem {
   flow: Flow<this> | null = null;

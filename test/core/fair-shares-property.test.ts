@@ -18,8 +18,8 @@
  */
 import assert from "node:assert/strict";
 import { describe, test } from "node:test";
+import { mulberry32 as prng } from "@sluice/scheduler/core/random.js";
 import fc from "fast-check";
-import { mulberry32 as prng } from "../../src/core/random.js";
 import {
   allBackloggedService,
   gpsLagBound,

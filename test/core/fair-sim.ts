@@ -9,7 +9,7 @@
  * checked against. One class (bulk) is shared by the tenants under test; `system` requests, when
  * used, preempt bulk requests that have not produced their first byte.
  */
-import type { SchedulerPermit } from "../../src/core/inflight.js";
+import type { SchedulerPermit } from "@sluice/scheduler/core/inflight.js";
 import { type AdmissionError, ManualClock } from "../../src/index.js";
 import { createTestScheduler, flush, noReservations, type TestScheduler } from "./helpers.js";
 

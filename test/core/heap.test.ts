@@ -1,8 +1,8 @@
 /** The one intrusive heap against a plain model: random pushes, key changes and removals. */
 import assert from "node:assert/strict";
 import { test } from "node:test";
+import { IndexedHeap } from "@sluice/scheduler/core/heap.js";
 import fc from "fast-check";
-import { IndexedHeap } from "../../src/core/heap.js";
 
 interface Item {
   id: number;

@@ -1,14 +1,18 @@
 /** Shared helpers for the core tests: deterministic flushing, promise tracking, config shortcuts. */
 
-import { ManualClock } from "../../src/core/clock.js";
-import { BUILTIN_CLASS_DEFAULTS, type ClassOverrides, type ClassSettings } from "../../src/core/config.js";
+import { ManualClock } from "@sluice/scheduler/core/clock.js";
+import {
+  BUILTIN_CLASS_DEFAULTS,
+  type ClassOverrides,
+  type ClassSettings,
+} from "@sluice/scheduler/core/config.js";
 import {
   type AcquireOptions,
   createScheduler,
   type Scheduler,
   type SchedulerOptions,
-} from "../../src/core/engine.js";
-import type { SchedulerPermit } from "../../src/core/inflight.js";
+} from "@sluice/scheduler/core/engine.js";
+import type { SchedulerPermit } from "@sluice/scheduler/core/inflight.js";
 import type { AdmissionError, PriorityClass } from "../../src/index.js";
 
 /** The scheduler as white-box tests see it: each permit with the engine's state (preempted, promoted...). */

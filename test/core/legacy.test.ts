@@ -6,7 +6,7 @@ import {
   type LegacyPermit,
   LegacyQueueFullError,
   LegacyQueueTimeoutError,
-} from "../../src/core/legacy.js";
+} from "@sluice/scheduler/core/legacy.js";
 import { ClientCancelledError, ConfigError, ManualClock } from "../../src/index.js";
 import { errorOf, flush, GuardedClock, permitOf, type Tracked, track } from "./helpers.js";
 

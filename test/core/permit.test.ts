@@ -4,7 +4,7 @@
  */
 import assert from "node:assert/strict";
 import { describe, test } from "node:test";
-import { createLegacyLimiter } from "../../src/core/legacy.js";
+import { createLegacyLimiter } from "@sluice/scheduler/core/legacy.js";
 import {
   type CancelSignal,
   ClientCancelledError,

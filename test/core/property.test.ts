@@ -6,8 +6,8 @@
  */
 import assert from "node:assert/strict";
 import { describe, test } from "node:test";
+import type { SchedulerPermit } from "@sluice/scheduler/core/inflight.js";
 import fc from "fast-check";
-import type { SchedulerPermit } from "../../src/core/inflight.js";
 import {
   type AdmissionError,
   type AdmissionOutcome,

@@ -13,8 +13,8 @@
  */
 import assert from "node:assert/strict";
 import { test } from "node:test";
+import { mulberry32 as prng } from "@sluice/scheduler/core/random.js";
 import { Agent } from "undici";
-import { mulberry32 as prng } from "../../src/core/random.js";
 import { sendTo, smallSchedulerYaml, startFleet } from "../harness.js";
 
 const TENANTS = [

@@ -32,7 +32,7 @@ import { join } from "node:path";
 import { pino } from "pino";
 import { DEFAULT_HEALTH } from "../../src/gateway/options.js";
 import { type Gateway, startGateway } from "../../src/gateway/server.js";
-import { sha256Hex } from "../../src/gateway/tenants.js";
+import { sha256Hex } from "../../src/gateway/tenancy/tenants.js";
 import { type MockWorker, startMockWorker } from "../../src/mock-worker/index.js";
 import { metric, parseScrape, smallSchedulerYaml } from "../harness.js";
 import {

@@ -4,7 +4,7 @@
  * (The admission object has had two shapes: `admission.snapshot()` and `admission.scheduler.snapshot()`;
  * both are read, so the suites do not break when it moves again.)
  */
-import type { SchedulerCounters } from "../../src/core/events.js";
+import type { SchedulerCounters } from "@sluice/scheduler/core/events.js";
 import type { Gateway } from "../../src/gateway/server.js";
 
 export interface AdmissionState {

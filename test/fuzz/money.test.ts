@@ -25,14 +25,14 @@ import assert from "node:assert/strict";
 import { describe, test } from "node:test";
 import fc from "fast-check";
 import { stringify } from "yaml";
-import type { OutcomeRecord } from "../../src/gateway/outcome.js";
-import { sha256Hex } from "../../src/gateway/tenants.js";
+import { StateKeys } from "../../src/admission/redis/keys.js";
+import type { OutcomeRecord } from "../../src/contracts/outcome.js";
+import { sha256Hex } from "../../src/gateway/tenancy/tenants.js";
 import { startMockWorker } from "../../src/mock-worker/index.js";
-import { StateKeys } from "../../src/state/redis/keys.js";
+import { redisClient, redisOrSkip, startReplica, stateArgs, statePrefix } from "../admission/services.js";
 import { PROMPT_TOKENS, schedulerDoc, startFleet, waitFor, writeTempFile } from "../harness.js";
 import { pgRows, postgresSchema } from "../ledger/services.js";
 import { charged, type RawResponse, rawPost } from "../money.js";
-import { redisClient, redisOrSkip, startReplica, stateArgs, statePrefix } from "../state/services.js";
 
 const RUNS = Number(process.env["SLUICE_FUZZ_MONEY_RUNS"] ?? 12);
 const SEED = process.env["SLUICE_FUZZ_SEED"]

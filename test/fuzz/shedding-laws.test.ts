@@ -7,9 +7,9 @@
  */
 import assert from "node:assert/strict";
 import { test } from "node:test";
+import { ManualClock } from "@sluice/scheduler/core/clock.js";
 import fc from "fast-check";
-import { LoadShedding } from "../../src/capacity/load-shedding.js";
-import { ManualClock } from "../../src/core/clock.js";
+import { LoadShedding } from "../../src/shedding/load-shedding.js";
 
 interface Draw {
   sessions: number;

@@ -2,7 +2,7 @@
 import assert from "node:assert/strict";
 import { readFileSync } from "node:fs";
 import { test } from "node:test";
-import { ERROR_TABLE } from "../../src/gateway/error-table.js";
+import { ERROR_TABLE } from "../../src/contracts/error-table.js";
 
 interface DocRow {
   status: number;

@@ -6,8 +6,8 @@
 import assert from "node:assert/strict";
 import { createServer } from "node:net";
 import { describe, test } from "node:test";
+import { ManualClock } from "@sluice/scheduler/core/clock.js";
 import { request } from "undici";
-import { ManualClock } from "../../src/core/clock.js";
 import { DEFAULT_HEALTH, type GatewayOptions } from "../../src/gateway/options.js";
 import { startGateway } from "../../src/gateway/server.js";
 import { startMockWorker } from "../../src/mock-worker/index.js";

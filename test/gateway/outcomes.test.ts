@@ -5,7 +5,7 @@
 import assert from "node:assert/strict";
 import { describe, test } from "node:test";
 import { stringify as stringifyYaml } from "yaml";
-import { sha256Hex } from "../../src/gateway/tenants.js";
+import { sha256Hex } from "../../src/gateway/tenancy/tenants.js";
 import { chatBody, smallSchedulerYaml, startFleet, waitFor } from "../harness.js";
 import { rawExchange } from "../security/raw.js";
 

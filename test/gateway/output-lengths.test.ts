@@ -11,7 +11,7 @@ import {
   MIN_SAMPLES,
   OutputLengths,
   WINDOW,
-} from "../../src/gateway/output-lengths.js";
+} from "../../src/gateway/request/output-lengths.js";
 
 describe("output lengths", () => {
   test("tenant p95, then the model's, then the default, then the context", () => {

@@ -7,8 +7,8 @@
  */
 import assert from "node:assert/strict";
 import { describe, test } from "node:test";
-import { ManualClock } from "../../src/core/clock.js";
-import { formPools } from "../../src/gateway/pool-formation.js";
+import { ManualClock } from "@sluice/scheduler/core/clock.js";
+import { formPools } from "../../src/gateway/fleet/pool-formation.js";
 import {
   assertError,
   assertOk,

@@ -6,8 +6,8 @@
  */
 import assert from "node:assert/strict";
 import { describe, test } from "node:test";
+import { ManualClock } from "@sluice/scheduler/core/clock.js";
 import { request } from "undici";
-import { ManualClock } from "../../src/core/clock.js";
 import {
   assertError,
   assertOk,

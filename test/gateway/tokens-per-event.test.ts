@@ -5,7 +5,7 @@ import {
   MIN_TOKEN_EVENTS,
   streamTokensPerEvent,
   TokensPerEvent,
-} from "../../src/gateway/tokens-per-event.js";
+} from "../../src/gateway/fleet/tokens-per-event.js";
 
 test("one token an event by default; a stream that reads a little over 1 (framing events) stays 1", () => {
   const t = new TokensPerEvent();

@@ -2,7 +2,7 @@
 import assert from "node:assert/strict";
 import { test } from "node:test";
 import fc from "fast-check";
-import { UsageReader } from "../../src/gateway/usage.js";
+import { UsageReader } from "../../src/gateway/request/usage.js";
 
 const EVENTS = [
   'data: {"id":"1","choices":[{"delta":{"content":"a"}}],"usage":null}\n\n',

@@ -7,7 +7,7 @@
 import assert from "node:assert/strict";
 import { test } from "node:test";
 import fc from "fast-check";
-import { MAX_PENDING_BYTES, UsageReader, usageScannerStats } from "../../src/gateway/usage.js";
+import { MAX_PENDING_BYTES, UsageReader, usageScannerStats } from "../../src/gateway/request/usage.js";
 import { boundarylessStream, eventsReadOrPassed } from "../security/streams.js";
 
 interface Run {

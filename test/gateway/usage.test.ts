@@ -5,7 +5,7 @@
  */
 import assert from "node:assert/strict";
 import { describe, test } from "node:test";
-import { UsageReader, withUsageRequested } from "../../src/gateway/usage.js";
+import { UsageReader, withUsageRequested } from "../../src/gateway/request/usage.js";
 import { assertOk, normalizeIds, sendTo, smallSchedulerYaml, sseData, startFleet } from "../harness.js";
 
 const JSON_HEADERS = { "content-type": "application/json" };

@@ -5,7 +5,7 @@
  */
 import assert from "node:assert/strict";
 import { describe, test } from "node:test";
-import { ManualClock } from "../../src/core/clock.js";
+import { ManualClock } from "@sluice/scheduler/core/clock.js";
 import {
   assertError,
   assertOk,

@@ -11,7 +11,7 @@ import { join } from "node:path";
 import type { TestContext } from "node:test";
 import { DuckDBInstance } from "@duckdb/node-api";
 import pg from "pg";
-import type { OutcomeRecord } from "../../src/gateway/outcome.js";
+import type { OutcomeRecord } from "../../src/contracts/outcome.js";
 import { plainValue } from "../../src/ledger/query.js";
 
 export const DATABASE_URL = process.env.DATABASE_URL ?? "postgres://postgres@127.0.0.1:5432/test";

@@ -1,7 +1,7 @@
 import assert from "node:assert/strict";
 import { describe, test } from "node:test";
-import { ADMISSION_OUTCOMES } from "../../src/core/events.js";
-import type { SchedulerPermit } from "../../src/core/inflight.js";
+import { ADMISSION_OUTCOMES } from "@sluice/scheduler/core/events.js";
+import type { SchedulerPermit } from "@sluice/scheduler/core/inflight.js";
 import {
   ClientCancelledError,
   createScheduler,

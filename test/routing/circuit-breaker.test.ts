@@ -5,7 +5,7 @@
  */
 import assert from "node:assert/strict";
 import { describe, test } from "node:test";
-import { ManualClock } from "../../src/core/clock.js";
+import { ManualClock } from "@sluice/scheduler/core/clock.js";
 import { CircuitBreaker } from "../../src/routing/circuit-breaker.js";
 import { type BreakerOptions, DEFAULT_BREAKER } from "../../src/routing/options.js";
 

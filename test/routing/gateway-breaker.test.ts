@@ -9,7 +9,7 @@ import assert from "node:assert/strict";
 import { createServer } from "node:http";
 import type { AddressInfo } from "node:net";
 import { describe, type TestContext, test } from "node:test";
-import { ManualClock } from "../../src/core/clock.js";
+import { ManualClock } from "@sluice/scheduler/core/clock.js";
 import type { BreakerOptions } from "../../src/routing/options.js";
 import {
   type AdminStatus,

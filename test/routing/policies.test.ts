@@ -5,12 +5,12 @@
  */
 import assert from "node:assert/strict";
 import { describe, test } from "node:test";
-import { mulberry32 } from "../../src/core/random.js";
+import { mulberry32 } from "@sluice/scheduler/core/random.js";
+import type { RoutingObserver, RoutingRequest } from "../../src/contracts/routing-policy.js";
 import { CacheAwarePolicy } from "../../src/routing/cache-aware.js";
 import { createRoutingPolicy } from "../../src/routing/create.js";
 import { isOverloaded } from "../../src/routing/load.js";
 import { DEFAULT_ROUTING, type PolicyName } from "../../src/routing/options.js";
-import type { RoutingObserver, RoutingRequest } from "../../src/routing/policy.js";
 import { PREFIX_HASH_CHARS } from "../../src/routing/prefix-hash.js";
 import { BodyRoutingRequest, promptTextOf } from "../../src/routing/request.js";
 

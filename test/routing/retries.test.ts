@@ -10,7 +10,11 @@ import assert from "node:assert/strict";
 import { createServer, type IncomingMessage, type ServerResponse } from "node:http";
 import type { AddressInfo } from "node:net";
 import { describe, type TestContext, test } from "node:test";
-import type { RoutingCandidate, RoutingPolicy, RoutingPolicyFactory } from "../../src/routing/policy.js";
+import type {
+  RoutingCandidate,
+  RoutingPolicy,
+  RoutingPolicyFactory,
+} from "../../src/contracts/routing-policy.js";
 import {
   RETRY_BACKOFF_BASE_MS,
   RETRY_BACKOFF_CAP_MS,

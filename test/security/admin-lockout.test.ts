@@ -8,7 +8,7 @@
 import assert from "node:assert/strict";
 import { connect, type Socket } from "node:net";
 import { describe, type TestContext, test } from "node:test";
-import { ADMIN_CLIENT_LIMITS, type AdminServer, startAdminServer } from "../../src/gateway/admin.js";
+import { ADMIN_CLIENT_LIMITS, type AdminServer, startAdminServer } from "../../src/gateway/admin/admin.js";
 import { rawExchange } from "./raw.js";
 
 const TOKEN = "admin-token-lockout";

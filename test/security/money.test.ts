@@ -16,7 +16,7 @@
 import assert from "node:assert/strict";
 import { describe, test } from "node:test";
 import { parseGatewayArgs } from "../../src/cli/flags.js";
-import { sha256Hex as sha256 } from "../../src/gateway/tenants.js";
+import { sha256Hex as sha256 } from "../../src/gateway/tenancy/tenants.js";
 import { PROMPT_TOKENS, schedulerDoc, startFleet, waitFor, writeTempFile } from "../harness.js";
 import { charged, rawPost, tally, unlimitedChat, usageTotal } from "../money.js";
 import { rawExchange } from "./raw.js";

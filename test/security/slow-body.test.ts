@@ -9,7 +9,7 @@ import assert from "node:assert/strict";
 import { connect } from "node:net";
 import { describe, test } from "node:test";
 import { parseGatewayArgs } from "../../src/cli/flags.js";
-import { DEFAULT_CLIENT_LIMITS } from "../../src/gateway/client-guard.js";
+import { DEFAULT_CLIENT_LIMITS } from "../../src/gateway/http/client-guard.js";
 import { smallSchedulerYaml, startFleet, writeTempFile } from "../harness.js";
 import { parseResponses, type RawResponse } from "./raw.js";
 

@@ -9,7 +9,7 @@ import { createHash } from "node:crypto";
 import { createServer as createHttpServer, type IncomingMessage, type ServerResponse } from "node:http";
 import { type AddressInfo, connect } from "node:net";
 import type { TestContext } from "node:test";
-import { UsageReader } from "../../src/gateway/usage.js";
+import { UsageReader } from "../../src/gateway/request/usage.js";
 import { sendTo } from "../harness.js";
 
 /** `data: BBB…\n` lines (CRLF when `crlf`) of `lineBytes` each, with no blank line: `total` bytes of them. */

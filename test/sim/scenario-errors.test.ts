@@ -7,7 +7,7 @@ import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { after, test } from "node:test";
-import { ConfigError } from "../../src/core/errors.js";
+import { ConfigError } from "@sluice/scheduler/core/errors.js";
 import { writeOutputDir } from "../../src/sim/output.js";
 import { resolveScenario } from "../../src/sim/scenario.js";
 

@@ -5,7 +5,7 @@
  */
 import assert from "node:assert/strict";
 import { test } from "node:test";
-import { resolveClassSettings } from "../../src/core/config.js";
+import { resolveClassSettings } from "@sluice/scheduler/core/config.js";
 import { EventQueue, SimClock } from "../../src/sim/clock.js";
 import { FairnessGroup, stretchTime } from "../../src/sim/fairness.js";
 import { jain, latency } from "../../src/sim/report.js";

@@ -21,16 +21,16 @@
 import assert from "node:assert/strict";
 import { join } from "node:path";
 import { describe, test } from "node:test";
+import { mulberry32 } from "@sluice/scheduler/core/random.js";
 import { stringify } from "yaml";
-import { mulberry32 } from "../../src/core/random.js";
-import { sha256Hex } from "../../src/gateway/tenants.js";
+import { StateKeys } from "../../src/admission/redis/keys.js";
+import { sha256Hex } from "../../src/gateway/tenancy/tenants.js";
 import { startMockWorker } from "../../src/mock-worker/index.js";
-import { StateKeys } from "../../src/state/redis/keys.js";
+import { redisClient, redisOrSkip, startReplica, stateArgs, statePrefix } from "../admission/services.js";
 import { PROMPT_TOKENS, schedulerDoc, startFleet, waitFor, writeTempFile } from "../harness.js";
 import { duckRows, pgRows, postgresSchema, type Row, tempDir } from "../ledger/services.js";
 import { rawPost } from "../money.js";
 import { rawExchange } from "../security/raw.js";
-import { redisClient, redisOrSkip, startReplica, stateArgs, statePrefix } from "../state/services.js";
 
 const SECS = Number(process.env["SLUICE_MONEY_SOAK_SECS"] ?? 10);
 const SEED = process.env["SLUICE_SOAK_SEED"]

@@ -8,10 +8,10 @@ import assert from "node:assert/strict";
 import { rm, writeFile } from "node:fs/promises";
 import { join } from "node:path";
 import { describe, type TestContext, test } from "node:test";
+import { ConfigError } from "@sluice/scheduler/core/errors.js";
 import { stringify as stringifyYaml } from "yaml";
 import { reloadGatewayFile } from "../../src/cli/flags.js";
-import { ConfigError } from "../../src/core/errors.js";
-import { sha256Hex } from "../../src/gateway/tenants.js";
+import { sha256Hex } from "../../src/gateway/tenancy/tenants.js";
 import {
   assertError,
   assertOk,

@@ -8,8 +8,8 @@ import { mkdtemp, rm, writeFile } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { describe, type TestContext, test } from "node:test";
+import { ConfigError } from "@sluice/scheduler/core/errors.js";
 import { parseGatewayArgs } from "../../src/cli/flags.js";
-import { ConfigError } from "../../src/core/errors.js";
 
 const WORKER = ["--worker-urls", "http://127.0.0.1:8000"];
 

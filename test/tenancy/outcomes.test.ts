@@ -7,7 +7,7 @@
  */
 import assert from "node:assert/strict";
 import { describe, test } from "node:test";
-import { ManualClock } from "../../src/core/clock.js";
+import { ManualClock } from "@sluice/scheduler/core/clock.js";
 import { assertError, assertOk, authFor, type Fleet, schedulerDoc, startFleet, waitFor } from "../harness.js";
 
 const SUNDAY_NOON = Date.UTC(2026, 0, 4, 12, 0);

@@ -9,7 +9,11 @@ import { createServer, type Server } from "node:http";
 import type { AddressInfo } from "node:net";
 import { describe, type TestContext, test } from "node:test";
 import { parseGatewayArgs } from "../../src/cli/flags.js";
-import type { RoutingCandidate, RoutingPolicy, RoutingPolicyFactory } from "../../src/routing/policy.js";
+import type {
+  RoutingCandidate,
+  RoutingPolicy,
+  RoutingPolicyFactory,
+} from "../../src/contracts/routing-policy.js";
 import { otlpEndpointProblem, tracesUrl } from "../../src/tracing/endpoint.js";
 import { RequestSpans } from "../../src/tracing/request-spans.js";
 import { schedulerDoc, startFleet, writeTempFile } from "../harness.js";

@@ -1,0 +1,445 @@
+/**
+ * The path of one request, top to bottom. Each stage is a function with typed input and output;
+ * each either hands its result to the next or throws the error that ends the request. Whatever
+ * happens, the request ends through its lease (lease.ts), exactly once.
+ *
+ *   parse     request line and framing, then (after identify) the body and its fields
+ *   identify  the tenant, from authentication
+ *   policy    the tenant's limits: activity, models, budgets
+ *   route     the model pool the body's `model` names (404 model_not_found, 503 no_healthy_workers)
+ *   shed      load shedding at the door, when configured (prioritized levels, keyed sessions)
+ *   admit     a slot from the admission backend (fast, or after queueing)
+ *   dispatch  a worker with room
+ *   stream    the exchange with the worker, held until its first byte
+ *   settle    the lease ends: answer, release, charge, count, record
+ *
+ * Where each outcome is decided: the request checks (request-checks.ts), authentication
+ * (tenants.ts), body fields (cost.ts), budgets (core/budgets.ts), shedding (capacity/load-shedding.ts),
+ * admission (core/engine.ts or
+ * core/legacy.ts), worker choice (workers.ts), the worker's answer (upstream.ts), and the answer's
+ * shape (error-table.ts).
+ */
+import type { IncomingMessage } from "node:http";
+import type { BudgetBook } from "@sluice/scheduler/core/budgets.js";
+import type { PriorityClass } from "@sluice/scheduler/core/class.js";
+import { AdmissionError } from "@sluice/scheduler/core/errors.js";
+import type { Logger } from "pino";
+import { GatewayError } from "../../contracts/gateway-error.js";
+import type { CapacityMetrics } from "../../metrics/capacity.js";
+import type { SluiceMetrics } from "../../metrics/index.js";
+import type { RetryCounter } from "../../metrics/routing.js";
+import { BodyRoutingRequest } from "../../routing/request.js";
+import { type RetryReason, retryableFailure, retryableStatus, retryBackoffMs } from "../../routing/retry.js";
+import type { ModelPool, ModelPools } from "../fleet/model-pools.js";
+import type { Worker, WorkerPool } from "../fleet/workers.js";
+import { readBody } from "../http/body.js";
+import { requestHeadersForWorker } from "../http/headers.js";
+import { checkRequest } from "../http/request-checks.js";
+import type { TenantActivity } from "../tenancy/tenant-activity.js";
+import type { TenantResolver } from "../tenancy/tenants.js";
+import { estimateRequest, generatesOutput, type RequestEstimate } from "./cost.js";
+import { withDefaultModel } from "./default-model.js";
+import type { Lease } from "./lease.js";
+import type { OutputLengths } from "./output-lengths.js";
+import { UpstreamStatusError, upstreamFailure } from "./upstream.js";
+import { withUsageRequested } from "./usage.js";
+
+/** What the stages need from the gateway, beyond the lease. */
+export interface LifecycleContext {
+  /** The model pools; each request is admitted and served inside one. */
+  readonly pools: ModelPools;
+  readonly workers: WorkerPool;
+  readonly budgets: BudgetBook;
+  readonly metrics: SluiceMetrics;
+  readonly activity: TenantActivity;
+  /** The tenant resolver in force (replaced on reload). */
+  tenants(): TenantResolver;
+  readonly maxPayloadSize: number;
+  readonly bodyIdleMs: number;
+  /** Time the whole body has to arrive (`--client-body-timeout-secs`). */
+  readonly bodyDeadlineMs: number;
+  /** Upstream headers timeout and body idle timeout. */
+  readonly upstreamTimeoutMs: number;
+  /** The cost ceiling in force. */
+  maxCostTokens(): number;
+  /** Recent output lengths, for the budget reservation of a request without max_tokens. */
+  readonly outputLengths: OutputLengths;
+  /** `default_output_tokens`: the reservation when no history exists; undefined = the model's context. */
+  readonly defaultOutputTokens: number | undefined;
+  readonly capacityMetrics: CapacityMetrics;
+  /** `sluice_upstream_retries_total{reason}`. */
+  readonly retries: RetryCounter;
+  readonly logger: Logger;
+  /**
+   * The class a request without a scheduler slot (legacy admission) is forwarded under: its
+   * `x-smg-priority` clamped to the tenant's `max_class`, as the scheduler would.
+   */
+  classFor(priority: string | undefined, tenant: string): PriorityClass;
+}
+
+const PRIORITY_HEADER = "x-smg-priority";
+
+function firstValue(value: string | string[] | undefined): string | undefined {
+  return Array.isArray(value) ? value[0] : value;
+}
+
+/** Runs one request through every stage; its lease ends it. */
+export async function runLifecycle(ctx: LifecycleContext, lease: Lease, req: IncomingMessage): Promise<void> {
+  let exchanging = false;
+  try {
+    parseHead(req);
+    lease.tenant = identify(ctx, req);
+    const body = await readBody(req, ctx.maxPayloadSize, ctx.bodyIdleMs, ctx.bodyDeadlineMs);
+    const estimate = parseBody(ctx, req, body);
+    lease.estimate = estimate;
+    lease.generates = generatesOutput(req.url ?? "/");
+    // The tenant's own limits answer first (403 model_not_allowed before 404 model_not_found).
+    policy(ctx, lease, estimate);
+    const pool = route(ctx, estimate);
+    lease.pool = pool;
+    const shedClass = shed(ctx, pool, lease, req);
+    await admit(ctx, pool, lease, req, estimate, shedClass);
+    const waiting = dispatch(ctx, pool, lease, req, estimate);
+    if (waiting !== undefined) await waiting;
+    exchanging = true;
+    let status: number;
+    for (;;) {
+      try {
+        status = await stream(ctx, lease, req, body, estimate);
+        break;
+      } catch (err) {
+        if (!(await retried(ctx, pool, lease, req, estimate, err))) throw err;
+      }
+    }
+    exchanging = false;
+    workerAnswered(ctx, lease.worker!, status);
+    lease.answered(status);
+  } catch (err) {
+    if (exchanging) exchangeFailed(ctx, lease, err);
+    lease.failed(err);
+  }
+}
+
+// --- parse -------------------------------------------------------------------------------------
+
+/** Request line and framing: a request the gateway will not forward fails here (400). */
+function parseHead(req: IncomingMessage): void {
+  checkRequest(req);
+}
+
+/** The body's fields admission reads, checked (400 naming the field), and the cost estimate. */
+function parseBody(ctx: LifecycleContext, req: IncomingMessage, body: Buffer): RequestEstimate {
+  return estimateRequest(body, req.headers["content-type"], ctx.maxCostTokens());
+}
+
+// --- identify ----------------------------------------------------------------------------------
+
+/** The tenant key, from authentication (401 when required and missing or wrong). */
+function identify(ctx: LifecycleContext, req: IncomingMessage): string {
+  return ctx.tenants().resolve(req.headers);
+}
+
+// --- route -------------------------------------------------------------------------------------
+
+/** The model pool of the body's `model` (or `default_model`); the request never leaves it. */
+function route(ctx: LifecycleContext, estimate: RequestEstimate): ModelPool {
+  return ctx.pools.route(estimate.model);
+}
+
+// --- policy ------------------------------------------------------------------------------------
+
+/** The tenant's limits: 403 inactive / model not allowed / budget used up, 429 over its rate. */
+function policy(ctx: LifecycleContext, lease: Lease, estimate: RequestEstimate): void {
+  const { budgets } = ctx;
+  if (!budgets.governs(lease.tenant)) return;
+  const verdict = budgets.check(lease.tenant, estimate.model, {
+    inputTokens: estimate.promptTokens,
+    outputTokens:
+      estimate.outputLimited || !lease.generates
+        ? estimate.maxOutputTokens
+        : outputReservation(ctx, lease.tenant, estimate),
+  });
+  if (!verdict.ok) {
+    ctx.metrics.countBudgetRejection(lease.tenant, verdict.code);
+    throw new GatewayError(verdict.code, verdict.message, { retryAfterSecs: verdict.retryAfterSecs });
+  }
+  lease.hold = verdict;
+}
+
+/**
+ * The output a budget holds for a request that sets no limit (output-lengths.ts): the tenant's or
+ * the model's recent p95 per answer, else `default_output_tokens`, else what the model's context
+ * leaves after the prompt; times `n`, within the cost ceiling. Never 0: a request that may produce
+ * output holds some.
+ */
+function outputReservation(ctx: LifecycleContext, tenant: string, estimate: RequestEstimate): number {
+  const ceiling = ctx.maxCostTokens();
+  const context = Math.max(1, ceiling - estimate.promptTokens);
+  const per = ctx.outputLengths.reservation(tenant, estimate.model, ctx.defaultOutputTokens, context);
+  return Math.max(1, Math.min(Math.min(per.tokens, ceiling) * estimate.choices, ceiling));
+}
+
+// --- shed --------------------------------------------------------------------------------------
+
+/**
+ * Load shedding at the door (503 load_shed): the request's level is below the prioritizer's
+ * threshold, its class fails the CoDel check, or its session is outside the keyed percentage.
+ * Returns the effective class the shedder tracks the request under (undefined: shedding is off).
+ */
+function shed(
+  ctx: LifecycleContext,
+  pool: ModelPool,
+  lease: Lease,
+  req: IncomingMessage,
+): PriorityClass | undefined {
+  const shedding = pool.shedding;
+  if (shedding === undefined) return undefined;
+  const priority = req.headers[PRIORITY_HEADER];
+  const cls = pool.admission.classify(
+    Array.isArray(priority) ? priority[0] : priority,
+    lease.tenant,
+  )?.effective;
+  if (cls === undefined) return undefined;
+  const header = shedding.sessionHeader === undefined ? undefined : req.headers[shedding.sessionHeader];
+  const verdict = shedding.check(cls, lease.tenant, Array.isArray(header) ? header[0] : header);
+  if (verdict.shed) {
+    ctx.capacityMetrics.countShed(cls, verdict.reason);
+    throw new GatewayError(
+      "load_shed",
+      verdict.reason === "keyed"
+        ? `the gateway is shedding load: this ${header === undefined ? "tenant" : "session"} is outside the admitted share for now`
+        : `the gateway is shedding load: ${cls} requests at this level would wait past the queue bound`,
+      { retryAfterSecs: verdict.retryAfterSecs },
+    );
+  }
+  return cls;
+}
+
+// --- admit -------------------------------------------------------------------------------------
+
+/** A slot: at once, or after queueing (429 queue full, 408 timeout, 499 client gone). */
+async function admit(
+  ctx: LifecycleContext,
+  pool: ModelPool,
+  lease: Lease,
+  req: IncomingMessage,
+  estimate: RequestEstimate,
+  shedClass: PriorityClass | undefined,
+): Promise<void> {
+  const priority = req.headers[PRIORITY_HEADER];
+  const { shedding, adaptive: feedback } = pool;
+  ctx.activity.queued(lease.tenant, 1);
+  feedback?.queued(1);
+  if (shedClass !== undefined) shedding!.queue(shedClass, lease.tenant, 1);
+  const started = shedClass === undefined ? 0 : performance.now();
+  lease.spans?.queueStarted();
+  let admitted = false;
+  try {
+    const slot = await pool.admission.acquire({
+      priority: Array.isArray(priority) ? priority[0] : priority,
+      tenant: lease.tenant,
+      cost: estimate.cost,
+      signal: lease,
+      // The gateway's id, never the client's: a shared backend keys the budget hold on it.
+      requestId: lease.sluiceRequestId,
+      hold: lease.hold,
+    });
+    admitted = true;
+    lease.admitted(slot);
+  } catch (err) {
+    // Left the queue without a slot (408 after its queue timeout, 499 gone while queued): the time
+    // it waited, as the admission backend measured it, is its row's queue_wait_ms.
+    if (err instanceof AdmissionError && err.queueWaitMs !== undefined) lease.leftQueue(err.queueWaitMs);
+    // Queued in a pool whose workers all left: the answer is theirs being gone, not the wait.
+    if (
+      err instanceof AdmissionError &&
+      (err.code === "scheduler_queue_timeout" || err.code === "admission_queue_timeout") &&
+      pool.workers.healthy.length === 0
+    ) {
+      throw new GatewayError("no_healthy_workers", `no healthy worker serves pool ${pool.name} now`);
+    }
+    throw err;
+  } finally {
+    ctx.activity.queued(lease.tenant, -1);
+    feedback?.queued(-1);
+    if (shedClass !== undefined) {
+      shedding!.queue(shedClass, lease.tenant, -1);
+      shedding!.queueWait(shedClass, performance.now() - started, admitted);
+    }
+  }
+}
+
+// --- dispatch ----------------------------------------------------------------------------------
+
+/**
+ * A worker with room, chosen by the pool's routing policy from the body already parsed and the
+ * headers (503 when none is healthy); waits only when every worker is full.
+ */
+function dispatch(
+  ctx: LifecycleContext,
+  pool: ModelPool,
+  lease: Lease,
+  req: IncomingMessage,
+  estimate: RequestEstimate,
+): Promise<void> | undefined {
+  const routing = new BodyRoutingRequest(estimate.json, req.headers);
+  // Inside its pool, only a worker that serves the request's model.
+  const model = estimate.model ?? ctx.pools.defaultModel;
+  const now = ctx.workers.tryAcquire(pool.workers, routing, model);
+  if (now === null) {
+    return ctx.workers
+      .acquire(lease, pool.workers, routing, model)
+      .then((worker) => dispatched(lease, worker));
+  }
+  dispatched(lease, now);
+  return undefined;
+}
+
+function dispatched(lease: Lease, worker: Worker | undefined): void {
+  if (worker === undefined) throw new GatewayError("no_healthy_workers");
+  lease.dispatched(worker);
+}
+
+// --- stream ------------------------------------------------------------------------------------
+
+/** The exchange with the worker; resolves with the worker's status once its answer went out. */
+function stream(
+  ctx: LifecycleContext,
+  lease: Lease,
+  req: IncomingMessage,
+  body: Buffer,
+  estimate: RequestEstimate,
+): Promise<number> {
+  const url = req.url ?? "/";
+  // A request routed by default_model tells the worker which model it is for.
+  const defaultModel = estimate.model === undefined ? ctx.pools.defaultModel : undefined;
+  const named = defaultModel === undefined ? body : withDefaultModel(body, estimate.json, defaultModel);
+  const upstreamBody = withUsageRequested(url, named, estimate.json);
+  lease.stripUsage = upstreamBody.strip;
+  return lease.forward({
+    method: req.method as "POST",
+    path: url,
+    // The class it was admitted under, never the one the client asked for (the worker reads it).
+    headers: requestHeadersForWorker(
+      req.headers,
+      lease.worker!.authorization,
+      lease.slot?.effectiveClass ?? ctx.classFor(firstValue(req.headers[PRIORITY_HEADER]), lease.tenant),
+    ),
+    body: upstreamBody.body.length > 0 ? upstreamBody.body : null,
+    // A retried attempt gets what is left of the request's deadline.
+    headersTimeout:
+      lease.attempts === 0 ? ctx.upstreamTimeoutMs : Math.max(1, Math.ceil(lease.attemptTimeLeftMs)),
+    bodyTimeout: ctx.upstreamTimeoutMs,
+  });
+}
+
+// --- retry --------------------------------------------------------------------------------------
+
+/**
+ * The attempt failed before any byte reached the client: when the failure is retryable
+ * (src/routing/retry.ts) and the lease allows another attempt, waits the jittered backoff, moves
+ * the request to an untried worker of its pool (same lease, same slot, no queueing) and returns
+ * true. Otherwise returns false and the failure stands, recorded as before (exchangeFailed,
+ * the lease). The failed attempt of a retry is recorded here: its worker's circuit (a refused
+ * connection through reportUnreachable), the retry count, and a 503 as an overload sample.
+ */
+async function retried(
+  ctx: LifecycleContext,
+  pool: ModelPool,
+  lease: Lease,
+  req: IncomingMessage,
+  estimate: RequestEstimate,
+  err: unknown,
+): Promise<boolean> {
+  if (!(err instanceof Error)) return false;
+  const status = err instanceof UpstreamStatusError ? err.status : undefined;
+  const reason = status !== undefined ? retryableStatus(status) : retryableFailure(upstreamFailure(err).kind);
+  if (reason === undefined) return false;
+  // A dropped 502/503 was already agreed by the lease (retriesStatus); the rest is asked now.
+  if (status === undefined && !lease.mayRetry()) return false;
+  const wait = retryBackoffMs(lease.attempts);
+  if (wait >= lease.attemptTimeLeftMs) return stopRetrying(status);
+  if (wait > 0) await sleepUnlessAborted(wait, lease);
+  if (lease.aborted) {
+    // The paths that record a standing failure skip a cancelled request: the attempt failed anyway.
+    attemptFailed(ctx, lease.worker!, reason);
+    return false;
+  }
+  const model = estimate.model ?? ctx.pools.defaultModel;
+  const routing = new BodyRoutingRequest(estimate.json, req.headers);
+  const next = ctx.workers.tryAcquireFor(pool.workers, routing, model, (w) => lease.untried(w));
+  if (next === undefined) return stopRetrying(status);
+  const failed = lease.worker!;
+  attemptFailed(ctx, failed, reason);
+  if (reason === "status_503") lease.overloadSample();
+  ctx.retries.count(reason);
+  ctx.logger.warn(
+    { worker: failed.url, next: next.url, reason, attempt: lease.attempts, err: err.message },
+    "upstream attempt failed before the first byte; retrying on another worker",
+  );
+  lease.leaveWorker();
+  lease.dispatched(next);
+  return true;
+}
+
+/** A failed attempt, for its worker's circuit: a refused connection opens it at once. */
+function attemptFailed(ctx: LifecycleContext, worker: Worker, reason: RetryReason): void {
+  if (reason === "connect") ctx.workers.reportUnreachable(worker);
+  else ctx.workers.recordOutcome(worker, false);
+}
+
+/**
+ * No retry after all. A refused or reset attempt's own failure stands (false); a 502/503 whose
+ * answer was already dropped cannot be forwarded any more, so the gateway answers for it:
+ * 503 no_healthy_workers for a 503, 502 upstream_unavailable for a 502 (docs/errors.md).
+ */
+function stopRetrying(status: number | undefined): boolean {
+  if (status === undefined) return false;
+  throw status === 503
+    ? new GatewayError(
+        "no_healthy_workers",
+        "the worker answered 503 and no other worker of its pool could take the request",
+      )
+    : new GatewayError(
+        "upstream_unavailable",
+        "the worker answered 502 and no other worker of its pool could take the request",
+      );
+}
+
+/** Waits `ms`, or less when the client leaves or the request is preempted. */
+function sleepUnlessAborted(ms: number, lease: Lease): Promise<void> {
+  return new Promise((resolve) => {
+    const done = () => {
+      clearTimeout(timer);
+      lease.removeEventListener("abort", done);
+      resolve();
+    };
+    const timer = setTimeout(done, ms);
+    lease.addEventListener("abort", done);
+  });
+}
+
+// --- the worker's circuit ------------------------------------------------------------------------
+
+/** Statuses that count against a worker's circuit: it failed (429, busy, and 4xx do not count). */
+function failedStatus(status: number): boolean {
+  return status === 500 || status === 502 || status === 503 || status === 504;
+}
+
+/** The worker answered in full: a success for its circuit breaker, unless a 5xx. */
+function workerAnswered(ctx: LifecycleContext, worker: Worker, status: number): void {
+  ctx.workers.recordOutcome(worker, !failedStatus(status));
+}
+
+/**
+ * The exchange failed: a failure for the worker's circuit when the worker caused it (reset, timeout,
+ * bad response). A refused connection opens the circuit through the lease (`reportUnreachable`);
+ * a client gone or a preemption says nothing about the worker.
+ */
+function exchangeFailed(ctx: LifecycleContext, lease: Lease, err: unknown): void {
+  const worker = lease.worker;
+  if (worker === undefined || lease.aborted || !(err instanceof Error)) return;
+  const { kind } = upstreamFailure(err);
+  if (kind === "reset" || kind === "timeout" || kind === "bad_response")
+    ctx.workers.recordOutcome(worker, false);
+}
