@@ -436,7 +436,7 @@ export const GATEWAY_OPTIONS = {
     arg: "<port>",
     parse: intArg(0),
     help: "admin API port (off unless given); token from --admin-token-file or SLUICE_ADMIN_TOKEN",
-    doc: "the admin listener's port (tenants, reload, the dashboard; docs/admin.md); without it there is no admin API. It needs a token: `--admin-token-file`, else `SLUICE_ADMIN_TOKEN`",
+    doc: 'the admin listener\'s port (tenants, reload, the dashboard: "The admin listener and the dashboard" below, docs/dashboard.md); without it there is no admin API. It needs a token: `--admin-token-file`, else `SLUICE_ADMIN_TOKEN`',
     docDefault: "unset (off)",
   }),
   admin_host: value({
