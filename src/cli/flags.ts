@@ -5,7 +5,13 @@
  * `--config` file, then the default (src/config/resolve-gateway-settings.ts).
  */
 import { Command, Option } from "commander";
-import { flagOf, GATEWAY_OPTIONS, OPTION_KEYS, type OptionKey } from "../config/gateway-option-table.js";
+import {
+  flagOf,
+  GATEWAY_OPTIONS,
+  OPTION_KEYS,
+  type OptionKey,
+  type OptionValues,
+} from "../config/gateway-option-table.js";
 import type { GatewaySettings } from "../config/gateway-settings.js";
 import type { Environment } from "../config/option-layers.js";
 import { resolveGatewaySettings } from "../config/resolve-gateway-settings.js";
@@ -43,9 +49,12 @@ export function parseGatewayArgs(argv: string[], env: Environment = process.env)
   cmd.configureOutput({ writeErr: () => {}, writeOut: (s) => process.stdout.write(s) });
   cmd.parse(argv, { from: "user" });
   const given = cmd.opts();
-  const commandLine: Partial<Record<OptionKey, unknown>> = {};
-  for (const key of OPTION_KEYS) {
-    if (cmd.getOptionValueSource(attributeOf(key)) === "cli") commandLine[key] = given[attributeOf(key)];
-  }
+  // Commander parsed each argument with its row's parser; a default it filled in is not "given".
+  const commandLine: Partial<OptionValues> = Object.fromEntries(
+    OPTION_KEYS.filter((key) => cmd.getOptionValueSource(attributeOf(key)) === "cli").map((key) => [
+      key,
+      given[attributeOf(key)],
+    ]),
+  );
   return resolveGatewaySettings({ commandLine, env });
 }

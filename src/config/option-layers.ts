@@ -19,7 +19,7 @@ export type Environment = Readonly<Record<string, string | undefined>>;
 
 export interface OptionLayers {
   /** What the command line gave, already parsed, by key (keys it did not give are absent). */
-  commandLine: Partial<Record<OptionKey, unknown>>;
+  commandLine: Partial<OptionValues>;
   env: Environment;
   file: GatewayFile;
   /** The file's path, for error messages. */

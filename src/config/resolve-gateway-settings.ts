@@ -16,7 +16,7 @@ import {
   loadGatewayFile,
   reloadableParts,
 } from "./gateway-file.js";
-import { envOf, type OptionKey, type OptionValues } from "./gateway-option-table.js";
+import { envOf, type OptionValues } from "./gateway-option-table.js";
 import type {
   CapacityOptions,
   GatewaySettings,
@@ -31,13 +31,13 @@ export const ADMIN_TOKEN_ENV = "SLUICE_ADMIN_TOKEN";
 
 export interface SettingsInput {
   /** What the command line gave, already parsed, by option key. */
-  commandLine: Partial<Record<OptionKey, unknown>>;
+  commandLine: Partial<OptionValues>;
   env: Environment;
 }
 
 /** Everything the command line, the environment and the `--config` file say, validated. */
 export function resolveGatewaySettings({ commandLine, env }: SettingsInput): GatewaySettings {
-  const configPath = (commandLine.config as string | undefined) ?? envValue(env, envOf("config"));
+  const configPath = commandLine.config ?? envValue(env, envOf("config"));
   const file: GatewayFile = configPath === undefined ? {} : loadGatewayFile(configPath);
   const values = resolveOptionValues({ commandLine, env, file, filePath: configPath });
 
