@@ -28,7 +28,13 @@ export function buildCommand(): Command {
   const cmd = new Command("sluice")
     .description("Priority-aware admission control gateway for LLM inference workers")
     .allowExcessArguments(false)
-    .showHelpAfterError("(run sluice --help for the flags)");
+    .showHelpAfterError("(run sluice --help for the flags)")
+    .addHelpText(
+      "after",
+      "\nEvery flag can also be set in the environment, as SLUICE_ and its name in upper snake case\n" +
+        "(--state-url: SLUICE_STATE_URL), or in the --config file by its snake_case name (state_url).\n" +
+        "The command line wins over the environment, the environment over the file, the file over the default.",
+    );
   for (const key of OPTION_KEYS) {
     const row = GATEWAY_OPTIONS[key];
     const opt = new Option(row.arg === undefined ? flagOf(key) : `${flagOf(key)} ${row.arg}`, row.help);
