@@ -34,7 +34,7 @@ import {
 } from "./option-parsers.js";
 
 export interface OptionRow<T> {
-  /** `value`: one argument; `list`: one or more (a list in YAML, comma-separated in the environment); `switch`: no argument. */
+  /** `value`: one argument; `list`: one or more (a list in YAML, separated by commas or spaces in the environment); `switch`: no argument. */
   readonly kind: "value" | "list" | "switch";
   /** The argument's name in `--help` (`<port>`); absent for a switch. */
   readonly arg: string | undefined;
@@ -73,7 +73,16 @@ function value<T>(row: RowText & { arg: string; parse: Parser<T>; default?: T })
 }
 
 function list<T>(row: RowText & { arg: string; parse: Parser<T> }): OptionRow<T[] | undefined> {
-  return { ...value(row), kind: "list" } as OptionRow<T[] | undefined>;
+  return {
+    kind: "list",
+    arg: row.arg,
+    parse: row.parse,
+    default: undefined,
+    help: row.help,
+    doc: row.doc,
+    docDefault: row.docDefault,
+    inFile: true,
+  };
 }
 
 function toggle(row: RowText): OptionRow<boolean> {
@@ -88,8 +97,6 @@ function toggle(row: RowText): OptionRow<boolean> {
     inFile: true,
   };
 }
-
-const positive = { parse: positiveNumArg };
 
 export const GATEWAY_OPTIONS = {
   worker_urls: list({
@@ -174,7 +181,7 @@ export const GATEWAY_OPTIONS = {
   }),
   breaker_window_secs: value({
     arg: "<secs>",
-    ...positive,
+    parse: positiveNumArg,
     default: DEFAULT_BREAKER.windowSecs,
     help: "circuit breaker: the error ratio's window",
     doc: "circuit breaker: the error ratio's window",
@@ -188,7 +195,7 @@ export const GATEWAY_OPTIONS = {
   }),
   breaker_cooldown_secs: value({
     arg: "<secs>",
-    ...positive,
+    parse: positiveNumArg,
     default: DEFAULT_BREAKER.cooldownSecs,
     help: "circuit breaker: time an open circuit waits before trial requests (half-open)",
     doc: "circuit breaker: time open before trial requests (half-open)",
@@ -259,14 +266,14 @@ export const GATEWAY_OPTIONS = {
   }),
   queue_timeout_secs: value({
     arg: "<secs>",
-    ...positive,
+    parse: positiveNumArg,
     default: 60,
     help: "legacy admission: queue timeout",
     doc: "legacy: queue timeout",
   }),
   rate_limit_tokens_per_second: value({
     arg: "<n>",
-    ...positive,
+    parse: positiveNumArg,
     help: "legacy admission: request rate (token bucket)",
     doc: "legacy: request-rate token bucket",
   }),
@@ -283,7 +290,7 @@ export const GATEWAY_OPTIONS = {
   }),
   request_timeout_secs: value({
     arg: "<secs>",
-    ...positive,
+    parse: positiveNumArg,
     default: 1800,
     help: "upstream headers and body timeout",
     doc: "upstream timeout: for the response headers, and for each silence in the response body (504 `upstream_timeout` before the first byte; the stream is cut after it)",
@@ -297,7 +304,7 @@ export const GATEWAY_OPTIONS = {
   }),
   upstream_connect_timeout_secs: value({
     arg: "<secs>",
-    ...positive,
+    parse: positiveNumArg,
     default: 10,
     help: "time to open a connection to a worker (502 upstream_unavailable past it)",
     doc: "time to open a connection to a worker (502 `upstream_unavailable` past it)",
@@ -345,40 +352,40 @@ export const GATEWAY_OPTIONS = {
   }),
   tpot_slo_ms: value({
     arg: "<ms>",
-    ...positive,
+    parse: positiveNumArg,
     help: "adaptive mode: time per output token ceiling; above it capacity shrinks",
     doc: "adaptive: time-per-output-token ceiling; above it capacity shrinks and the baseline freezes",
   }),
   ttft_slo_ms: value({
     arg: "<ms>",
-    ...positive,
+    parse: positiveNumArg,
     help: "adaptive mode: time to first token ceiling; above it capacity shrinks",
     doc: "adaptive: time-to-first-token ceiling, same rule",
   }),
   client_headers_timeout_secs: value({
     arg: "<secs>",
-    ...positive,
+    parse: positiveNumArg,
     default: 10,
     help: "time a client has to send its request headers (408 past it)",
     doc: "time a client has to send the request line and headers (408 `request_header_timeout`)",
   }),
   client_body_idle_timeout_secs: value({
     arg: "<secs>",
-    ...positive,
+    parse: positiveNumArg,
     default: 30,
     help: "longest silence while a request body arrives (408 past it)",
     doc: "longest silence while a request body arrives (408 `request_body_timeout`)",
   }),
   client_body_timeout_secs: value({
     arg: "<secs>",
-    ...positive,
+    parse: positiveNumArg,
     default: 60,
     help: "time a client has to send its whole request body, from the end of its headers (408 past it)",
     doc: "time a client has to send its whole request body, from the end of its headers, however steadily it trickles (408 `request_body_too_slow`, then closed); raise it for large uploads over slow links",
   }),
   client_keep_alive_timeout_secs: value({
     arg: "<secs>",
-    ...positive,
+    parse: positiveNumArg,
     default: 65,
     help: "idle time before a keep-alive client connection is closed",
     doc: "idle time before a keep-alive client connection is closed (above common load balancers' 60 s)",
@@ -392,14 +399,14 @@ export const GATEWAY_OPTIONS = {
   }),
   health_check_interval_secs: value({
     arg: "<secs>",
-    ...positive,
+    parse: positiveNumArg,
     default: 10,
     help: "worker health check period",
     doc: "worker health period",
   }),
   health_check_timeout_secs: value({
     arg: "<secs>",
-    ...positive,
+    parse: positiveNumArg,
     default: 5,
     help: "worker health check timeout",
     doc: "one probe's timeout",
@@ -461,7 +468,7 @@ export const GATEWAY_OPTIONS = {
   }),
   ledger_retention_days: value({
     arg: "<days>",
-    ...positive,
+    parse: positiveNumArg,
     default: DEFAULT_RETENTION_DAYS,
     help: "ledger rows older than this are deleted (both tables), checked hourly",
     doc: "ledger rows older than this are deleted (both tables), checked hourly",
@@ -506,7 +513,7 @@ export const GATEWAY_OPTIONS = {
   }),
   lease_ttl_secs: value({
     arg: "<secs>",
-    ...positive,
+    parse: positiveNumArg,
     default: DEFAULT_LEASE_TTL_SECS,
     help: "shared state: a dead replica's slots come back within this time (renewed while requests run)",
     doc: "a slot is a lease renewed while its request runs; a replica killed with SIGKILL has its slots back within this time",
