@@ -4,10 +4,10 @@
  * `ledger` key of `--config`, else the gateway's default (duckdb:sluice-ledger.duckdb).
  */
 import { Command, InvalidArgumentError, Option } from "commander";
+import { loadGatewayFile } from "../config/gateway-file.js";
 import { formatResult, OUTPUT_FORMATS, type OutputFormat } from "../ledger/format.js";
 import { type LedgerReader, openLedgerReader } from "../ledger/query.js";
 import { DEFAULT_LEDGER, type LedgerTarget, parseLedgerTarget } from "../ledger/target.js";
-import { loadConfigFile } from "./flags.js";
 
 export interface LedgerCliOptions {
   ledger: string;
@@ -45,7 +45,7 @@ export function quietCommand(name: string): Command {
 export function ledgerTarget(cmd: Command, options: LedgerCliOptions): LedgerTarget {
   let raw = options.ledger;
   if (cmd.getOptionValueSource("ledger") !== "cli" && options.config !== undefined) {
-    const file = loadConfigFile(options.config);
+    const file = loadGatewayFile(options.config);
     if (typeof file.ledger === "string") raw = file.ledger;
   }
   try {

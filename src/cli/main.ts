@@ -7,44 +7,18 @@
 import { ConfigError } from "@sluice/scheduler/core/errors.js";
 import { CommanderError } from "commander";
 import { pino } from "pino";
+import { reloadGatewayFile } from "../config/gateway-file.js";
+import { startSettings } from "../config/resolve-gateway-settings.js";
 import { startGateway } from "../gateway/server.js";
 import { terminalSafeMessage } from "../ledger/format.js";
 import { runMockWorkerCli } from "../mock-worker/cli.js";
-import { parseGatewayArgs, reloadGatewayFile } from "./flags.js";
+import { parseGatewayArgs } from "./flags.js";
 
 export async function runGatewayCli(argv: string[]): Promise<void> {
   const flags = parseGatewayArgs(argv);
   const logger = pino({ level: flags.logLevel, base: { service: "sluice" } });
   const gateway = await startGateway({
-    workers: flags.workers,
-    host: flags.host,
-    port: flags.port,
-    policy: flags.policy,
-    priorityScheduler: flags.priorityScheduler,
-    legacy: flags.legacy,
-    apiKeys: flags.apiKeys,
-    trustedTenantHeader: flags.trustedTenantHeader,
-    requireAuth: flags.requireAuth,
-    maxPayloadSize: flags.maxPayloadSize,
-    requestTimeoutSecs: flags.requestTimeoutSecs,
-    upstreamConnectTimeoutSecs: flags.upstreamConnectTimeoutSecs,
-    workerApiKey: flags.workerApiKey,
-    maxCostTokens: flags.maxCostTokens,
-    defaultOutputTokens: flags.defaultOutputTokens,
-    capacity: flags.capacity,
-    shedding: flags.shedding,
-    routing: flags.routing,
-    breaker: flags.breaker,
-    maxRetries: flags.maxRetries,
-    defaultModel: flags.defaultModel,
-    pools: flags.pools,
-    clientLimits: flags.clientLimits,
-    health: flags.health,
-    pricing: flags.pricing,
-    admin: flags.admin,
-    ledger: flags.ledger,
-    state: flags.state,
-    otlpEndpoint: flags.otlpEndpoint,
+    ...startSettings(flags),
     reloadGatewayConfig: flags.configPath ? () => reloadGatewayFile(flags.configPath!) : undefined,
     logger,
   });

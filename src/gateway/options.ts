@@ -6,62 +6,29 @@ import type { ClassOverrides, Pricing } from "@sluice/scheduler/core/config.js";
 import type { LegacyLimiterOptions } from "@sluice/scheduler/core/legacy.js";
 import type { Logger } from "pino";
 import type { StateOptions } from "../admission/redis/options.js";
-import type { AdaptiveTuning } from "../capacity/adaptive-limit.js";
+import type {
+  ApiKeySpec,
+  CapacityOptions,
+  ClientLimits,
+  HealthCheckOptions,
+  WorkerPolicy,
+  WorkerSpec,
+} from "../config/gateway-settings.js";
 import type { RoutingPolicyFactory } from "../contracts/routing-policy.js";
 import type { LedgerOptions } from "../ledger/writer.js";
-import type { BreakerOptions, PolicyName, RoutingOptions } from "../routing/options.js";
+import type { BreakerOptions, RoutingOptions } from "../routing/options.js";
 import type { LoadSheddingOptions } from "../shedding/load-shedding.js";
-import type { ClientLimits } from "./http/client-guard.js";
 
-/** Worker choice inside a pool (docs/routing.md). */
-export type WorkerPolicy = PolicyName;
-
-export interface WorkerSpec {
-  url: string;
-  /** Overrides the capacity the worker reports. */
-  capacity?: number | undefined;
-  /** This worker's own API key, sent as `Authorization: Bearer <key>` (vLLM/SGLang `--api-key`). */
-  apiKey?: string | undefined;
-  /** The models it serves; replaces what it reports at `GET /v1/models` (model pools). */
-  models?: string[] | undefined;
-}
-
-export interface ApiKeySpec {
-  /** Lowercase hex SHA-256 of the bearer token. */
-  sha256: string;
-  tenant: string;
-}
-
-export interface HealthCheckOptions {
-  intervalSecs: number;
-  timeoutSecs: number;
-  /** Consecutive failures before a healthy worker is taken out. */
-  failureThreshold: number;
-  /** Consecutive successes before an unhealthy worker is put back. */
-  successThreshold: number;
-  endpoint: string;
-}
-
-export const CAPACITY_MODES = ["static", "adaptive"] as const;
-export type CapacityMode = (typeof CAPACITY_MODES)[number];
-
-/**
- * Where the scheduler's capacity comes from: the workers' reports (static), or a controller that
- * moves it with time per output token and TTFT (adaptive; docs/adaptive.md).
- */
-export interface CapacityOptions {
-  mode: CapacityMode;
-  /** Adaptive lower bound (default 1). */
-  minCapacity?: number | undefined;
-  /** Adaptive upper bound (default: the workers' reported capacity). */
-  maxCapacity?: number | undefined;
-  /** Time-per-output-token ceiling: above it the limit shrinks and the baseline freezes. */
-  tpotSloMs?: number | undefined;
-  /** Time-to-first-token ceiling, same rule. */
-  ttftSloMs?: number | undefined;
-  /** The controller's tuning constants (the `adaptive_tuning` block); unset ones keep their defaults. */
-  tuning?: Partial<AdaptiveTuning> | undefined;
-}
+// The option types are defined beside the option table (src/config), which produces them.
+export {
+  type ApiKeySpec,
+  CAPACITY_MODES,
+  type CapacityMode,
+  type CapacityOptions,
+  type HealthCheckOptions,
+  type WorkerPolicy,
+  type WorkerSpec,
+} from "../config/gateway-settings.js";
 
 export interface GatewayOptions {
   workers: WorkerSpec[];

@@ -16,22 +16,13 @@
 import type { IncomingMessage, RequestListener, Server, ServerResponse } from "node:http";
 import type { Socket } from "node:net";
 import type { Logger } from "pino";
+import type { ClientLimits } from "../../config/gateway-settings.js";
 import { GatewayError } from "../../contracts/gateway-error.js";
 import { requestIdFor } from "../../contracts/request-id.js";
 import { rawErrorResponse, sendError } from "./http-errors.js";
 
-export interface ClientLimits {
-  /** Time a client has to send its request line and headers. */
-  headersTimeoutSecs: number;
-  /** Longest silence while a request body is arriving. */
-  bodyIdleTimeoutSecs: number;
-  /** Time a client has to send its whole request body, from the end of its headers. */
-  bodyTimeoutSecs: number;
-  /** Idle time of a keep-alive connection between two requests. */
-  keepAliveTimeoutSecs: number;
-  /** Open client connections; past it a new connection gets 503 and is closed. */
-  maxConnections: number;
-}
+// Defined beside the option table (src/config), which produces the command's limits.
+export type { ClientLimits } from "../../config/gateway-settings.js";
 
 export const DEFAULT_CLIENT_LIMITS: ClientLimits = {
   headersTimeoutSecs: 10,
