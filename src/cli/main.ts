@@ -7,7 +7,7 @@
 import { ConfigError } from "@sluice/scheduler/core/errors.js";
 import { CommanderError } from "commander";
 import { pino } from "pino";
-import { startGateway } from "../gateway/server.js";
+import { startGatewayWithDashboard } from "../dashboard/gateway-with-dashboard.js";
 import { terminalSafeMessage } from "../ledger/format.js";
 import { runMockWorkerCli } from "../mock-worker/cli.js";
 import { parseGatewayArgs, reloadGatewayFile } from "./flags.js";
@@ -15,7 +15,7 @@ import { parseGatewayArgs, reloadGatewayFile } from "./flags.js";
 export async function runGatewayCli(argv: string[]): Promise<void> {
   const flags = parseGatewayArgs(argv);
   const logger = pino({ level: flags.logLevel, base: { service: "sluice" } });
-  const gateway = await startGateway({
+  const gateway = await startGatewayWithDashboard({
     workers: flags.workers,
     host: flags.host,
     port: flags.port,
