@@ -13,8 +13,8 @@ import type { ShutdownList } from "./shutdown.js";
 import type { Fleet } from "./start-pools.js";
 import type { TenantActivity } from "./tenancy/tenant-activity.js";
 
-/** What the dashboard is built from (DashboardParts, gathered from the gateway's parts). */
-export interface DashboardSources {
+/** The gateway's parts plugDashboard gathers the DashboardParts from. */
+export interface PartsForDashboard {
   readonly metrics: SluiceMetrics;
   readonly fleet: Fleet;
   readonly activity: TenantActivity;
@@ -27,7 +27,7 @@ export interface DashboardSources {
 export function plugDashboard<D extends GatewayDashboard>(
   options: GatewayOptions,
   factory: DashboardFactory<D> | undefined,
-  sources: DashboardSources,
+  sources: PartsForDashboard,
   stops: ShutdownList,
 ): D | undefined {
   if (options.admin === undefined || factory === undefined) return undefined;
