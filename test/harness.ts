@@ -18,8 +18,10 @@ import { type Logger, pino } from "pino";
 import { Agent, request } from "undici";
 import { stringify as stringifyYaml } from "yaml";
 import type { OutcomeRecord } from "../src/contracts/outcome.js";
+import type { Dashboard } from "../src/dashboard/dashboard.js";
+import { startGatewayWithDashboard } from "../src/dashboard/gateway-with-dashboard.js";
 import { DEFAULT_HEALTH, type GatewayOptions, type WorkerSpec } from "../src/gateway/options.js";
-import { type Gateway, startGateway } from "../src/gateway/server.js";
+import type { Gateway } from "../src/gateway/server.js";
 import { sha256Hex } from "../src/gateway/tenancy/tenants.js";
 import type { SluiceMetrics } from "../src/metrics/index.js";
 import { type MockWorker, type MockWorkerOptions, startMockWorker } from "../src/mock-worker/index.js";
@@ -258,7 +260,8 @@ export interface AdminStatus {
 }
 
 export interface Fleet {
-  readonly gateway: Gateway;
+  /** Started as the CLI starts it: with the dashboard on the admin listener. */
+  readonly gateway: Gateway<Dashboard>;
   readonly workers: MockWorker[];
   readonly logs: LogLine[];
   readonly url: string;
@@ -309,7 +312,7 @@ export async function startFleet(t: TestContext, options: FleetOptions = {}): Pr
   // Enough connections for the floods of the fairness tests.
   const agent = new Agent({ keepAliveTimeout: 1000, connections: 1024 });
   const dir = await mkdtemp(join(tmpdir(), "sluice-fleet-"));
-  let gateway: Gateway | undefined;
+  let gateway: Gateway<Dashboard> | undefined;
   t.after(async () => {
     await Promise.all([...pending].map((h) => h.cancel()));
     await gateway?.close();
@@ -335,7 +338,7 @@ export async function startFleet(t: TestContext, options: FleetOptions = {}): Pr
   }));
   specs.push(...(options.extraWorkers ?? []));
   const adminToken = options.adminToken;
-  gateway = await startGateway(
+  gateway = await startGatewayWithDashboard(
     {
       workers: specs,
       host: "127.0.0.1",

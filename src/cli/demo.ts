@@ -13,7 +13,7 @@ import { CLASSES_HIGH_TO_LOW, type PriorityClass } from "@sluice/scheduler/core/
 import { Command } from "commander";
 import { pino } from "pino";
 import { Agent, request } from "undici";
-import { startGateway } from "../gateway/server.js";
+import { startGatewayWithDashboard } from "../dashboard/gateway-with-dashboard.js";
 import { sha256Hex } from "../gateway/tenancy/tenants.js";
 import { formatResult, terminalSafe } from "../ledger/format.js";
 import { openLedgerReader } from "../ledger/query.js";
@@ -176,7 +176,7 @@ export async function runDemo(argv: string[]): Promise<void> {
       tokenDelayMs: 25,
     }),
   ]);
-  const gateway = await startGateway({
+  const gateway = await startGatewayWithDashboard({
     workers: workers.map((w) => ({ url: w.url })),
     host: "127.0.0.1",
     port: opts.port,

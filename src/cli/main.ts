@@ -9,7 +9,7 @@ import { CommanderError } from "commander";
 import { pino } from "pino";
 import { reloadGatewayFile } from "../config/gateway-file.js";
 import { startSettings } from "../config/resolve-gateway-settings.js";
-import { startGateway } from "../gateway/server.js";
+import { startGatewayWithDashboard } from "../dashboard/gateway-with-dashboard.js";
 import { terminalSafeMessage } from "../ledger/format.js";
 import { runMockWorkerCli } from "../mock-worker/cli.js";
 import { parseGatewayArgs } from "./flags.js";
@@ -17,7 +17,7 @@ import { parseGatewayArgs } from "./flags.js";
 export async function runGatewayCli(argv: string[]): Promise<void> {
   const flags = parseGatewayArgs(argv);
   const logger = pino({ level: flags.logLevel, base: { service: "sluice" } });
-  const gateway = await startGateway({
+  const gateway = await startGatewayWithDashboard({
     ...startSettings(flags),
     reloadGatewayConfig: flags.configPath ? () => reloadGatewayFile(flags.configPath!) : undefined,
     logger,

@@ -15,6 +15,8 @@ import type { IncomingMessage, ServerResponse } from "node:http";
 import type { Logger } from "pino";
 import type { Registry } from "prom-client";
 import type { OutcomeSink } from "../contracts/outcome.js";
+import type { DashboardFactory, GatewayDashboard } from "../gateway/admin/dashboard-port.js";
+import { isDashboardPath, serveDashboardAsset } from "./assets.js";
 import { EVENT_STREAM_HEADERS, EventClient } from "./event-stream.js";
 import { RejectionLog } from "./rejections.js";
 import { type CounterSample, readCounters, SampleRing } from "./samples.js";
@@ -41,7 +43,11 @@ export interface DashboardOptions {
   logger?: Logger;
 }
 
-export class Dashboard {
+/** The dashboard as the gateway's admin listener runs it: `startGateway(options, { dashboard: createDashboard })`. */
+export const createDashboard: DashboardFactory<Dashboard> = (parts) =>
+  new Dashboard(parts.registry, parts, { logger: parts.logger });
+
+export class Dashboard implements GatewayDashboard {
   /** Pass to the gateway's outcome sinks: feeds the latest rejections and the per-code counts. */
   readonly outcomes: OutcomeSink;
   private readonly rejections: RejectionLog;
@@ -82,6 +88,15 @@ export class Dashboard {
   /** Open event streams. */
   get watchers(): number {
     return this.clients.size;
+  }
+
+  /** `/dashboard` and anything under it: the page and its assets. */
+  isPagePath(path: string): boolean {
+    return isDashboardPath(path);
+  }
+
+  servePage(req: IncomingMessage, res: ServerResponse, path: string): Promise<void> {
+    return serveDashboardAsset(req, res, path);
   }
 
   /** The snapshot now. */

@@ -40,7 +40,7 @@ export const TENANT_WINDOW_MS = 60_000;
 /** Tenant rows sent at most (the busiest first). */
 export const TENANT_ROWS = 50;
 
-/** What the snapshot reads; the gateway passes its live parts (server.ts). */
+/** What the snapshot reads: the gateway's live parts (DashboardParts in src/gateway/admin/dashboard-port.ts). */
 export interface DashboardSources {
   admission: {
     readonly mode: "scheduler" | "legacy";

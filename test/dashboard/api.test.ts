@@ -7,7 +7,7 @@
  */
 import assert from "node:assert/strict";
 import { describe, test } from "node:test";
-import { startGateway } from "../../src/gateway/server.js";
+import { startGatewayWithDashboard } from "../../src/dashboard/gateway-with-dashboard.js";
 import { startMockWorker } from "../../src/mock-worker/index.js";
 import { assertError, captureLogger, FAST_WORKER, metric, sendTo, waitFor } from "../harness.js";
 import { rawExchange } from "../security/raw.js";
@@ -252,7 +252,7 @@ describe("dashboard endpoints", () => {
     const worker = await startMockWorker(FAST_WORKER);
     t.after(() => worker.close());
     const { logger } = captureLogger();
-    const gateway = await startGateway({
+    const gateway = await startGatewayWithDashboard({
       workers: [{ url: worker.url }],
       host: "127.0.0.1",
       port: 0,

@@ -22,7 +22,6 @@ import { createHash, timingSafeEqual } from "node:crypto";
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from "node:http";
 import type { AddressInfo } from "node:net";
 import { GatewayError, toGatewayError } from "../../contracts/gateway-error.js";
-import { isDashboardPath, serveDashboardAsset } from "../../dashboard/assets.js";
 import { readBody } from "../http/body.js";
 import {
   type ClientLimits,
@@ -33,6 +32,7 @@ import {
   serverTimeouts,
 } from "../http/client-guard.js";
 import { sendError, sendJson } from "../http/http-errors.js";
+import type { AdminDashboard } from "./dashboard-port.js";
 
 export interface AdminHandlers {
   /** Pins (or unpins) the capacity of `model`'s pool, else of the only pool. */
@@ -41,12 +41,6 @@ export interface AdminHandlers {
   reload(): Promise<unknown>;
   /** The live dashboard's data; without it the admin listener serves no dashboard. */
   dashboard?: AdminDashboard | undefined;
-}
-
-export interface AdminDashboard {
-  snapshot(): Promise<unknown>;
-  /** Answers with an event stream that runs until the client leaves or the dashboard closes. */
-  events(req: IncomingMessage, res: ServerResponse): void;
 }
 
 export interface AdminServer {
@@ -92,7 +86,7 @@ export async function startAdminServer(options: {
   async function handle(req: IncomingMessage, res: ServerResponse): Promise<void> {
     try {
       const path = (req.url ?? "/").split("?")[0]!;
-      if (dashboard !== undefined && isDashboardPath(path)) return await serveDashboardAsset(req, res, path);
+      if (dashboard?.isPagePath(path)) return await dashboard.servePage(req, res, path);
       if (!authorized(req)) {
         // Answered, then closed: a connection that has not shown the token keeps no place here.
         closeAfterAnswer(req, res);

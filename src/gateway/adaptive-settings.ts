@@ -1,0 +1,29 @@
+import type { Logger } from "pino";
+import type { CapacityOptions } from "./options.js";
+
+/** The adaptive controller's settings given while capacity_mode is static (they do nothing there). */
+export function adaptiveSettingsWithoutEffect(capacity: CapacityOptions | undefined): string[] {
+  if (capacity === undefined || capacity.mode === "adaptive") return [];
+  const given: string[] = [];
+  if (capacity.maxCapacity !== undefined) given.push("adaptive_max_capacity");
+  if (capacity.tpotSloMs !== undefined) given.push("tpot_slo_ms");
+  if (capacity.ttftSloMs !== undefined) given.push("ttft_slo_ms");
+  if (capacity.tuning !== undefined && Object.keys(capacity.tuning).length > 0) given.push("adaptive_tuning");
+  return given;
+}
+
+/**
+ * Accepted (a file shared by gateways in both modes stays valid) but said: an operator who set an
+ * SLO or the controller's constants and forgot the mode would otherwise think them in force.
+ */
+export function warnOfAdaptiveSettingsWithoutEffect(
+  capacity: CapacityOptions | undefined,
+  logger: Logger,
+): void {
+  const idle = adaptiveSettingsWithoutEffect(capacity);
+  if (idle.length === 0) return;
+  logger.warn(
+    { settings: idle },
+    `${idle.join(", ")}: no effect while capacity_mode is static (--capacity-mode adaptive turns the controller on)`,
+  );
+}

@@ -1,0 +1,171 @@
+/**
+ * One model pool's parts: its own capacity (adaptive or discovered, pinnable), admission (its own
+ * scheduler, or the fleet-wide legacy limiter) and shedding at its door.
+ */
+import { CLASSES_HIGH_TO_LOW } from "@sluice/scheduler/core/class.js";
+import type { Clock } from "@sluice/scheduler/core/clock.js";
+import {
+  BUILTIN_CLASS_DEFAULTS,
+  type ClassOverrides,
+  type ClassSettingsTable,
+  type SchedulerFileSettings,
+} from "@sluice/scheduler/core/config.js";
+import type { Logger } from "pino";
+import { createInProcessBackend, type InProcessOptions } from "../admission/in-process.js";
+import type { SharedState } from "../admission/redis/index.js";
+import { AdaptiveCapacity, heldBackOf } from "../capacity/adaptive.js";
+import { PinnableCapacity } from "../capacity/pinned.js";
+import type { AdmissionBackend } from "../contracts/admission-backend.js";
+import type { SluiceMetrics } from "../metrics/index.js";
+import { LoadShedding, resolveShedding } from "../shedding/load-shedding.js";
+import type { PoolFactory } from "./fleet/model-pools.js";
+import type { LivePolicy } from "./live-policy.js";
+import type { GatewayOptions } from "./options.js";
+
+export interface PoolFactoryParts {
+  readonly options: GatewayOptions;
+  readonly clock: Clock;
+  readonly metrics: SluiceMetrics;
+  readonly policy: LivePolicy;
+  /** The priority YAML (always loaded when there is no fleet-wide legacy limiter). */
+  readonly policyFile: SchedulerFileSettings | undefined;
+  readonly shared: SharedState | undefined;
+  /** The fleet-wide legacy limiter, when admission is legacy. */
+  readonly fleetLegacy: AdmissionBackend | undefined;
+  /** Capacity a new pool's scheduler is checked against while it has no healthy worker. */
+  readonly fallbackCapacity: number;
+  /** The fleet's capacity (the pools' sum), for the fleet-wide legacy limiter. */
+  fleetCapacity(): number;
+}
+
+export function poolFactory(parts: PoolFactoryParts): PoolFactory {
+  const { options, clock, metrics, policy, shared, fleetLegacy } = parts;
+  const defaultMaxClass = options.priorityScheduler.defaultMaxClass;
+  return (name, models, group, discovered) => {
+    const poolLogger = options.logger.child({ pool: name });
+    const capacityOptions = options.capacity;
+    // Adaptive capacity cold-starts from what discovery found; a pin still wins over it.
+    const adaptive =
+      capacityOptions?.mode === "adaptive"
+        ? new AdaptiveCapacity(
+            discovered,
+            {
+              ...capacityOptions.tuning,
+              minCapacity: capacityOptions.minCapacity,
+              maxCapacity: capacityOptions.maxCapacity,
+              tpotSloMs: capacityOptions.tpotSloMs,
+              ttftSloMs: capacityOptions.ttftSloMs,
+              // One controller per worker: each gets its own limit, which routing respects.
+              workers: () => group.healthy,
+            },
+            clock,
+            (bound, limit, wanted) =>
+              poolLogger.warn(
+                { bound, limit, wanted },
+                `adaptive capacity held at its ${bound} bound (${limit})`,
+              ),
+          )
+        : undefined;
+    const capacity = new PinnableCapacity(adaptive ?? discovered);
+    // A pin lifts the workers' rooms (WorkerGroup.pin): this pool's, or the fleet's in Redis.
+    group.pin = () => capacity.pinned ?? shared?.redisBackend(name)?.pinnedCapacity;
+    let admission = fleetLegacy;
+    const classes =
+      admission === undefined
+        ? poolClasses(parts.policyFile!.classes, models, options.pools, poolLogger)
+        : undefined;
+    if (admission === undefined) {
+      // The startup check (reservations fit) runs on a real capacity: a pool that has no healthy
+      // worker yet is checked against the fallback, then set to what it has.
+      const create =
+        shared === undefined
+          ? createInProcessBackend
+          : (o: InProcessOptions) => shared.backend({ ...o, pool: name });
+      admission = create({
+        enabled: true,
+        defaultMaxClass,
+        classes: classes!,
+        tenantPolicies: policy.tenantPolicies,
+        capacity: capacity.capacity > 0 ? capacity.capacity : parts.fallbackCapacity,
+        legacy: options.legacy,
+        observer: metrics.observer,
+        clock,
+        logger: poolLogger,
+        quiet: true,
+      });
+      if (capacity.capacity !== admission.snapshot().capacity || capacity.reservedAt !== undefined) {
+        admission.setCapacity(capacity.capacity, capacity.reservedAt);
+      }
+    }
+    const backend = admission;
+    adaptive?.setHeldBack(() => heldBackOf(backend.snapshot().classes));
+    let shedding: LoadShedding | undefined;
+    // Legacy admission has no classes of its own: the built-in ones check the block (it stays off).
+    const sheddingOptions = resolveShedding(
+      options.shedding,
+      classes ?? BUILTIN_CLASS_DEFAULTS,
+      adaptive !== undefined,
+    );
+    if (sheddingOptions !== undefined) {
+      const candidate = new LoadShedding(sheddingOptions, clock);
+      const configured = Boolean(options.shedding?.prioritized) || options.shedding?.keyed !== undefined;
+      if (candidate.enabled && backend.mode === "scheduler") shedding = candidate;
+      else if (candidate.enabled && configured) {
+        // Only what the operator asked for: adaptive mode's default shedding is quietly off here.
+        poolLogger.warn("load shedding needs the priority scheduler; it is off while admission is legacy");
+      }
+    }
+    let last = capacity.capacity;
+    capacity.subscribe((c) => {
+      poolLogger.info({ capacity: c, previous: last, healthy: group.healthy.length }, "capacity changed");
+      last = c;
+      // The fleet-wide legacy limiter keeps the fleet's capacity for its snapshot.
+      if (backend !== fleetLegacy) backend.setCapacity(c, capacity.reservedAt);
+      else fleetLegacy.setCapacity(parts.fleetCapacity());
+    });
+    adaptive?.start();
+    shedding?.start();
+    return {
+      name,
+      models: [],
+      workers: group,
+      admission: backend,
+      sharedAdmission: backend === fleetLegacy,
+      capacity,
+      adaptive,
+      shedding,
+      stop() {
+        adaptive?.stop();
+        shedding?.stop();
+      },
+    };
+  };
+}
+
+/**
+ * A pool's classes: the priority YAML's, with the gateway YAML's `pools.<model>.classes` on top
+ * (per class, per key). Keyed by any model of the pool; if several of its models have an entry,
+ * the alphabetically first wins and the others are logged.
+ */
+function poolClasses(
+  base: ClassSettingsTable,
+  models: readonly string[],
+  overrides: Record<string, ClassOverrides> | undefined,
+  logger: Logger,
+): ClassSettingsTable {
+  const keyed = models.filter((m) => overrides?.[m] !== undefined);
+  if (keyed.length === 0) return base;
+  if (keyed.length > 1) {
+    logger.warn(
+      { models: keyed, used: keyed[0] },
+      `several models of one pool have a pools entry; using pools.${keyed[0]}`,
+    );
+  }
+  const override = overrides![keyed[0]!]!;
+  const out = { ...base };
+  for (const cls of CLASSES_HIGH_TO_LOW) {
+    const block = override[cls];
+    if (block !== undefined && block !== null) out[cls] = { ...base[cls], ...block };
+  }
+  return out;
+}

@@ -1,0 +1,74 @@
+/**
+ * What the request lifecycle and each request's lease read from the gateway: its live parts and
+ * the request limits, gathered once at start.
+ */
+import type { BudgetBook } from "@sluice/scheduler/core/budgets.js";
+import type { OutcomeSink } from "../contracts/outcome.js";
+import type { SluiceMetrics } from "../metrics/index.js";
+import { DEFAULT_MAX_RETRIES } from "../routing/retry.js";
+import type { LifecycleMetrics } from "./fleet-metrics.js";
+import { clientLimitsOf } from "./front.js";
+import type { LivePolicy } from "./live-policy.js";
+import type { GatewayOptions } from "./options.js";
+import type { Recorders } from "./recorders.js";
+import { DEFAULT_MAX_COST_TOKENS } from "./request/cost.js";
+import type { LeaseContext } from "./request/lease.js";
+import type { LifecycleContext } from "./request/lifecycle.js";
+import { OutputLengths } from "./request/output-lengths.js";
+import type { Fleet } from "./start-pools.js";
+import type { TenantActivity } from "./tenancy/tenant-activity.js";
+
+export interface RequestParts {
+  readonly options: GatewayOptions;
+  readonly fleet: Fleet;
+  readonly policy: LivePolicy;
+  readonly budgets: BudgetBook;
+  readonly metrics: SluiceMetrics;
+  readonly lifecycleMetrics: LifecycleMetrics;
+  readonly activity: TenantActivity;
+  readonly recorders: Recorders;
+  /** Every finished request's outcome goes here. */
+  readonly outcomes: OutcomeSink | undefined;
+}
+
+export function requestContexts(parts: RequestParts): { lifecycle: LifecycleContext; leases: LeaseContext } {
+  const { options, fleet, policy, budgets, metrics, activity } = parts;
+  const { logger } = options;
+  const limits = clientLimitsOf(options);
+  // Recent output lengths of answers without max_tokens: what a budget reserves for the next one.
+  const outputLengths = new OutputLengths();
+  const lifecycle: LifecycleContext = {
+    pools: fleet.pools,
+    workers: fleet.workers,
+    budgets,
+    metrics,
+    activity,
+    tenants: () => policy.tenants,
+    maxPayloadSize: options.maxPayloadSize,
+    bodyIdleMs: limits.bodyIdleTimeoutSecs * 1000,
+    bodyDeadlineMs: limits.bodyTimeoutSecs * 1000,
+    upstreamTimeoutMs: options.requestTimeoutSecs * 1000,
+    // The cost ceiling: configured, else the largest context a worker reports, else a constant.
+    maxCostTokens: () => options.maxCostTokens ?? fleet.workers.contextLength ?? DEFAULT_MAX_COST_TOKENS,
+    outputLengths,
+    defaultOutputTokens: options.defaultOutputTokens,
+    capacityMetrics: parts.lifecycleMetrics.capacityMetrics,
+    retries: parts.lifecycleMetrics.retries,
+    logger,
+    classFor: (priority, tenant) => policy.classFor(priority, tenant),
+  };
+  const leases: LeaseContext = {
+    admission: fleet.admission,
+    workers: fleet.workers,
+    budgets,
+    metrics,
+    activity,
+    outcomes: parts.outcomes,
+    logger,
+    maxRetries: options.maxRetries ?? DEFAULT_MAX_RETRIES,
+    upstreamTimeoutMs: options.requestTimeoutSecs * 1000,
+    outputLengths,
+    tracing: parts.recorders.tracing,
+  };
+  return { lifecycle, leases };
+}
