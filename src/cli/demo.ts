@@ -1,9 +1,9 @@
 /**
- * `sluice demo`: a two-model fleet of mock workers (two for a small fast model, one for a big slow
- * one: two model pools), the gateway with the priority scheduler, a DuckDB usage ledger and the
- * admin dashboard, and a mixed-priority load from five tenants. A per-class table redraws
- * every second (in place on a terminal, plain lines otherwise); at the end the demo prints the
- * `sluice report` of what it just ran, read back from the ledger.
+ * `sluice demo`: a two-model fleet of mock workers (DEMO_WORKERS: two for a small fast model, one
+ * for a big slow one: two model pools), the gateway with the priority scheduler, a DuckDB usage
+ * ledger and the admin dashboard, and a mixed-priority load from five tenants. A per-class table
+ * (demo-table.ts) redraws every second (in place on a terminal, plain lines otherwise); at the end
+ * the demo prints the `sluice report` of what it just ran, read back from the ledger.
  */
 import { randomBytes } from "node:crypto";
 import { mkdtemp, rm, writeFile } from "node:fs/promises";
@@ -15,10 +15,11 @@ import { pino } from "pino";
 import { Agent, request } from "undici";
 import { startGatewayWithDashboard } from "../dashboard/gateway-with-dashboard.js";
 import { sha256Hex } from "../gateway/tenancy/tenants.js";
-import { formatResult, terminalSafe } from "../ledger/format.js";
+import { formatResult } from "../ledger/format.js";
 import { openLedgerReader } from "../ledger/query.js";
-import { buildReport, reportTable } from "../ledger/report.js";
+import { buildReport, REPORT_DECIMALS, REPORT_NOTES, reportTable } from "../ledger/report.js";
 import { startMockWorker } from "../mock-worker/index.js";
+import { type DemoClassLine, type DemoPoolLines, frameText, renderDemoTable } from "./demo-table.js";
 
 const SMALL_MODEL = "llama-3-8b";
 const BIG_MODEL = "llama-3-70b";
@@ -110,6 +111,27 @@ const PRICING = {
   [BIG_MODEL]: { input_per_mtok: 400, output_per_mtok: 1200 },
 };
 
+/** The fleet the demo starts: two fast workers for the small model, one slow for the big one. */
+export const DEMO_WORKERS = [
+  { model: SMALL_MODEL, maxRunningRequests: 8, ttftMs: 40, tokenDelayMs: 6 },
+  { model: SMALL_MODEL, maxRunningRequests: 8, ttftMs: 40, tokenDelayMs: 6 },
+  { model: BIG_MODEL, maxRunningRequests: 4, ttftMs: 150, tokenDelayMs: 25 },
+] as const;
+
+/** What `sluice demo --help` says it starts, from DEMO_WORKERS and STREAMS so it cannot drift. */
+export function demoDescription(): string {
+  const models = [...new Set(DEMO_WORKERS.map((w) => w.model))];
+  const perModel = models
+    .map((m) => `${DEMO_WORKERS.filter((w) => w.model === m).length} for ${m}`)
+    .join(", ");
+  const tenants = new Set(STREAMS.map((s) => s.tenant)).size;
+  return (
+    `${DEMO_WORKERS.length} mock workers (${perModel}: one model pool each), the gateway with the ` +
+    `priority scheduler, a DuckDB usage ledger and the admin dashboard, under a mixed-priority load ` +
+    `from ${tenants} tenants for --duration-secs; a live per-class table, then the sluice report of the run`
+  );
+}
+
 interface ClassStats {
   /** Requests answered 200 to the end. */
   completed: number;
@@ -118,8 +140,8 @@ interface ClassStats {
   waits: number[];
 }
 
-function percentile(sorted: number[], p: number): number {
-  if (sorted.length === 0) return 0;
+function percentile(sorted: number[], p: number): number | undefined {
+  if (sorted.length === 0) return undefined;
   return sorted[Math.min(sorted.length - 1, Math.floor((p / 100) * sorted.length))]!;
 }
 
@@ -131,9 +153,7 @@ function backoffMs(retryAfter: string | string[] | undefined): number {
 
 export async function runDemo(argv: string[]): Promise<void> {
   const opts = new Command("sluice demo")
-    .description(
-      "two mock workers, the gateway with the priority scheduler, a DuckDB ledger and the dashboard, under a mixed-priority load",
-    )
+    .description(demoDescription())
     .option("--duration-secs <secs>", "how long the load runs", (v) => Number(v), 60)
     .option("--port <port>", "gateway port (0 = any free port)", (v) => Number(v), 0)
     .option("--admin-port <port>", "admin API and dashboard port (0 = any free port)", (v) => Number(v), 0)
@@ -153,29 +173,7 @@ export async function runDemo(argv: string[]): Promise<void> {
   // A fresh ledger each run, so the report at the end is this run's.
   await Promise.all([rm(ledgerPath, { force: true }), rm(`${ledgerPath}.wal`, { force: true })]);
   const adminToken = randomBytes(12).toString("hex");
-  const workers = await Promise.all([
-    startMockWorker({
-      model: SMALL_MODEL,
-      strictModels: true,
-      maxRunningRequests: 8,
-      ttftMs: 40,
-      tokenDelayMs: 6,
-    }),
-    startMockWorker({
-      model: SMALL_MODEL,
-      strictModels: true,
-      maxRunningRequests: 8,
-      ttftMs: 40,
-      tokenDelayMs: 6,
-    }),
-    startMockWorker({
-      model: BIG_MODEL,
-      strictModels: true,
-      maxRunningRequests: 4,
-      ttftMs: 150,
-      tokenDelayMs: 25,
-    }),
-  ]);
+  const workers = await Promise.all(DEMO_WORKERS.map((w) => startMockWorker({ ...w, strictModels: true })));
   const gateway = await startGatewayWithDashboard({
     workers: workers.map((w) => ({ url: w.url })),
     host: "127.0.0.1",
@@ -285,36 +283,44 @@ export async function runDemo(argv: string[]): Promise<void> {
   const print = () => {
     const snap = scheduler.snapshot();
     if (snap.classes === null) return;
-    const rows = [
-      `t=${((Date.now() - started) / 1000).toFixed(0).padStart(3)} s  fleet: capacity ${snap.capacity}  running ${snap.inflight}  queued ${snap.queued}`,
-      "model pool / class         completed  running  queued  refused, by error code                          wait p50   wait p99",
-    ];
+    const pools: DemoPoolLines[] = [];
     for (const pool of gateway.pools.all) {
       const ps = pool.admission.snapshot();
       if (ps.classes === null) continue;
-      // Pool names are model names the workers report: never raw on the terminal.
-      rows.push(
-        `${terminalSafe(pool.name)} (capacity ${ps.capacity}, running ${ps.inflight}, queued ${ps.queued})`,
-      );
+      const classes: DemoClassLine[] = [];
       for (const cls of CLASSES_HIGH_TO_LOW) {
         const st = statsOf(pool.name, cls);
         const c = ps.classes[cls];
         if (st.completed + st.refused.size + c.inflight + c.queued === 0) continue;
         const sorted = [...st.waits].sort((a, b) => a - b);
-        const refused = [...st.refused].map(([k, v]) => `${terminalSafe(k)}=${v}`).join(" ") || "-";
-        rows.push(
-          `  ${cls.padEnd(24)} ${String(st.completed).padStart(10)}  ${String(c.inflight).padStart(7)}  ${String(c.queued).padStart(6)}  ` +
-            `${refused.padEnd(46)} ${`${percentile(sorted, 50)} ms`.padStart(9)} ${`${percentile(sorted, 99)} ms`.padStart(10)}`,
-        );
+        classes.push({
+          cls,
+          completed: st.completed,
+          running: c.inflight,
+          queued: c.queued,
+          refused: st.refused,
+          waitP50Ms: percentile(sorted, 50),
+          waitP99Ms: percentile(sorted, 99),
+        });
       }
+      pools.push({
+        name: pool.name,
+        capacity: ps.capacity,
+        running: ps.inflight,
+        queued: ps.queued,
+        classes,
+      });
     }
-    rows.push(
-      "completed: answered 200 to the end; running, queued: now, in the pool's scheduler; refused: answers other than 200;",
-      "wait: time queued before admission, of the completed requests (the x-sluice-queue-wait-ms header)",
+    const lines = renderDemoTable(
+      {
+        elapsedSecs: (Date.now() - started) / 1000,
+        fleet: { capacity: snap.capacity, running: snap.inflight, queued: snap.queued },
+        pools,
+      },
+      process.stdout.columns ?? 80,
     );
-    if (tty && drawnLines > 0) process.stdout.write(`\x1b[${drawnLines}A\x1b[J`);
-    process.stdout.write(`${rows.join("\n")}\n${tty ? "" : "\n"}`);
-    drawnLines = rows.length;
+    process.stdout.write(frameText(lines, drawnLines, tty));
+    drawnLines = lines.length;
   };
   const ticker = setInterval(print, 1000);
   const onSignal = () => {
@@ -344,7 +350,8 @@ export async function runDemo(argv: string[]): Promise<void> {
     const report = await buildReport(reader, started);
     process.stdout.write(
       `\nsluice report --since ${Math.ceil((Date.now() - started) / 1000)}s --ledger duckdb:${opts.ledger}\n` +
-        formatResult(reportTable(report), "table"),
+        formatResult(reportTable(report), "table", { decimals: REPORT_DECIMALS }) +
+        `${REPORT_NOTES.join("\n")}\n`,
     );
   } finally {
     await reader.close();

@@ -69,7 +69,9 @@ export async function withReader<T>(
 }
 
 export async function runLedgerCli(argv: string[]): Promise<void> {
-  const program = quietCommand("sluice ledger").description("the usage ledger (docs/ledger.md)");
+  const program = quietCommand("sluice ledger")
+    .description("the usage ledger (docs/ledger.md)")
+    .usage("query [options] <sql>");
   const query = addLedgerOptions(
     program
       .command("query")

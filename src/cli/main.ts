@@ -1,18 +1,18 @@
 #!/usr/bin/env node
 /**
- * `sluice`: the gateway (default), `sluice mock-worker` (a simulated inference worker),
- * `sluice demo` (two mock workers, the gateway and a mixed-priority load with a live table), and
- * `sluice ledger query` / `sluice report` (the usage ledger, docs/ledger.md).
+ * `sluice`: the gateway (default), or one of the subcommands in commands.ts (`sluice --help` lists
+ * them); `sluice help <command>` and `sluice --version` too.
  */
 import { ConfigError } from "@sluice/scheduler/core/errors.js";
-import { CommanderError } from "commander";
+import { CommanderError, InvalidArgumentError } from "commander";
 import { pino } from "pino";
 import { reloadGatewayFile } from "../config/gateway-file.js";
 import { startSettings } from "../config/resolve-gateway-settings.js";
 import { startGatewayWithDashboard } from "../dashboard/gateway-with-dashboard.js";
 import { terminalSafeMessage } from "../ledger/format.js";
-import { runMockWorkerCli } from "../mock-worker/cli.js";
+import { findSubcommand, SUBCOMMANDS, type Subcommand } from "./commands.js";
 import { parseGatewayArgs } from "./flags.js";
+import { packageVersion, topLevelHelp } from "./help.js";
 
 export async function runGatewayCli(argv: string[]): Promise<void> {
   const flags = parseGatewayArgs(argv);
@@ -45,23 +45,25 @@ export async function runGatewayCli(argv: string[]): Promise<void> {
   process.on("SIGTERM", () => stop("SIGTERM"));
 }
 
+/** The gateway's run: no subcommand, so the arguments are its flags (or none). */
+function isGatewayRun(argv: readonly string[]): boolean {
+  return argv.length === 0 || argv[0]!.startsWith("-");
+}
+
 export async function main(argv: string[]): Promise<number> {
   const [sub, ...rest] = argv;
   try {
-    if (sub === "mock-worker") await runMockWorkerCli(rest);
-    else if (sub === "demo") {
-      const { runDemo } = await import("./demo.js");
-      await runDemo(rest);
-    } else if (sub === "simulate") {
-      const { runSimulateCli } = await import("./simulate.js");
-      await runSimulateCli(rest);
-    } else if (sub === "ledger") {
-      const { runLedgerCli } = await import("./ledger.js");
-      await runLedgerCli(rest);
-    } else if (sub === "report") {
-      const { runReportCli } = await import("./report.js");
-      await runReportCli(rest);
-    } else await runGatewayCli(argv);
+    if (sub === "--version" || sub === "-V") {
+      process.stdout.write(`sluice ${packageVersion()}\n`);
+    } else if (sub === "help" || (isGatewayRun(argv) && (argv.includes("--help") || argv.includes("-h")))) {
+      const name = sub === "help" && rest[0]?.startsWith("-") === false ? rest[0] : undefined;
+      if (name === undefined) process.stdout.write(topLevelHelp(SUBCOMMANDS));
+      else await subcommandNamed(name).run(["--help"]);
+    } else if (isGatewayRun(argv)) {
+      await runGatewayCli(argv);
+    } else {
+      await subcommandNamed(sub!).run(rest);
+    }
     return 0;
   } catch (err) {
     if (err instanceof CommanderError) {
@@ -81,6 +83,15 @@ export async function main(argv: string[]): Promise<number> {
     );
     return 1;
   }
+}
+
+function subcommandNamed(name: string): Subcommand {
+  const found = findSubcommand(name);
+  if (found === undefined) {
+    const names = SUBCOMMANDS.map((c) => c.name).join(", ");
+    throw new InvalidArgumentError(`unknown command "${name}": the commands are ${names} (sluice --help)`);
+  }
+  return found;
 }
 
 const invokedDirectly = process.argv[1] !== undefined && /[\\/]cli[\\/]main\.(ts|js)$/.test(process.argv[1]);

@@ -1,10 +1,11 @@
 /**
  * `sluice report --since 1h [--ledger ...] [--format table|json|csv]`: per tenant and class,
- * admission counts, queue-wait p50/p99, tokens in/out, cost and error codes, from the ledger.
+ * admission counts, queue-wait p50/p99, tokens in/out, cost and error codes, from the ledger; the
+ * table ends with notes on what each column counts.
  */
 import { InvalidArgumentError } from "commander";
 import { formatResult, jsonText, terminalSafe } from "../ledger/format.js";
-import { buildReport, parseSince, reportTable } from "../ledger/report.js";
+import { buildReport, parseSince, REPORT_DECIMALS, REPORT_NOTES, reportTable } from "../ledger/report.js";
 import { addLedgerOptions, type LedgerCliOptions, ledgerTarget, quietCommand, withReader } from "./ledger.js";
 
 export async function runReportCli(argv: string[]): Promise<void> {
@@ -30,7 +31,14 @@ export async function runReportCli(argv: string[]): Promise<void> {
     if (options.format === "table") {
       process.stdout.write(`since ${report.since} until ${report.until} (${terminalSafe(report.ledger)})\n`);
     }
-    process.stdout.write(formatResult(table, options.format, { terminal: process.stdout.isTTY === true }));
+    process.stdout.write(
+      formatResult(table, options.format, {
+        terminal: process.stdout.isTTY === true,
+        decimals: REPORT_DECIMALS,
+      }),
+    );
+    // What each column counts, under the table; CSV stays data only.
+    if (options.format === "table") process.stdout.write(`${REPORT_NOTES.join("\n")}\n`);
   });
   await cmd.parseAsync(argv, { from: "user" });
 }

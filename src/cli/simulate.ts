@@ -60,7 +60,7 @@ function msArg(raw: string): number {
 }
 
 export async function runSimulateCli(argv: string[]): Promise<void> {
-  const program = new Command("simulate")
+  const program = new Command("sluice simulate")
     .description("Run a scenario against simulated workers with the real scheduler on virtual time")
     .argument("<scenario>", "scenario YAML file (see docs/simulate.md)")
     .option("--seed <n>", "random seed (overrides the scenario's)", intArg)

@@ -17,12 +17,20 @@ import type { Cell, QueryResult } from "./query.js";
 export const OUTPUT_FORMATS = ["table", "json", "csv"] as const;
 export type OutputFormat = (typeof OUTPUT_FORMATS)[number];
 
-function cellText(value: Cell, forTable: boolean): string {
+/**
+ * A number as text: with the column's fixed `decimals` when it has some; else an integer as is and
+ * a fraction to 6 significant digits in the table, 12 in CSV (short of the 15 to 17 a double
+ * prints, where the noise of binary sums sits: 19.598544, not 19.598544000000402).
+ */
+function numberText(value: number, forTable: boolean, decimals: number | undefined): string {
+  if (decimals !== undefined && Number.isFinite(value)) return value.toFixed(decimals);
+  if (Number.isInteger(value) || !Number.isFinite(value)) return String(value);
+  return String(Number(value.toPrecision(forTable ? 6 : 12)));
+}
+
+function cellText(value: Cell, forTable: boolean, decimals?: number): string {
   if (value === null) return "";
-  if (typeof value === "number") {
-    if (!forTable || Number.isInteger(value)) return String(value);
-    return String(Number(value.toPrecision(6)));
-  }
+  if (typeof value === "number") return numberText(value, forTable, decimals);
   if (typeof value === "string") return value;
   return typeof value === "boolean" ? String(value) : JSON.stringify(value);
 }
@@ -98,11 +106,14 @@ export interface FormatOptions {
    * always does; JSON needs no more than it always does.
    */
   terminal?: boolean;
+  /** Columns (by name) whose numbers print with this many decimals, in the table and CSV. */
+  decimals?: Readonly<Record<string, number>>;
 }
 
 export function formatResult(result: QueryResult, format: OutputFormat, options: FormatOptions = {}): string {
   const { columns, rows } = result;
   const terminal = options.terminal === true;
+  const decimals = columns.map((c) => options.decimals?.[c]);
   if (format === "json") {
     const objects = rows.map((row) => Object.fromEntries(columns.map((c, i) => [c, row[i] ?? null])));
     return `${jsonText(objects)}\n`;
@@ -110,11 +121,15 @@ export function formatResult(result: QueryResult, format: OutputFormat, options:
   if (format === "csv") {
     const lines = [columns.map((c) => csvField(c, true, terminal)).join(",")];
     for (const row of rows) {
-      lines.push(row.map((v) => csvField(cellText(v, false), typeof v === "string", terminal)).join(","));
+      lines.push(
+        row
+          .map((v, i) => csvField(cellText(v, false, decimals[i]), typeof v === "string", terminal))
+          .join(","),
+      );
     }
     return `${lines.join("\n")}\n`;
   }
-  const cells = rows.map((row) => row.map((v) => terminalSafe(cellText(v, true))));
+  const cells = rows.map((row) => row.map((v, i) => terminalSafe(cellText(v, true, decimals[i]))));
   const numeric = columns.map((_, i) =>
     rows.every((row) => row[i] === null || row[i] === undefined || typeof row[i] === "number"),
   );

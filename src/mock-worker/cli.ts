@@ -58,69 +58,72 @@ function jsonOrText(value: string): unknown {
 
 /** The `mock-worker` sub-command: its flags (docs/mock-worker.md lists each one) and defaults. */
 export function mockWorkerCommand(): Command {
-  return new Command("mock-worker")
-    .description("Simulated OpenAI/SGLang-compatible inference worker (no GPU)")
-    .option("--port <port>", "port to listen on (0 = ephemeral)", integer(0), 30000)
-    .option("--host <host>", "address to bind", "127.0.0.1")
-    .option("--max-running-requests <n>", "concurrent generations; more wait in a FIFO", integer(1), 64)
-    .option("--ttft-ms <ms>", "base time to first token", nonNegative, 20)
-    .option("--token-delay-ms <ms>", "base inter-token delay", nonNegative, 5)
-    .option("--batch-slowdown <fraction>", "delay added per extra running request", nonNegative, 0.02)
-    .option("--knee <n>", "concurrency past which delays rise steeply (0 = none)", integer(0), 0)
-    .option(
-      "--knee-slowdown <fraction>",
-      "delay multiplier added per running request past the knee",
-      nonNegative,
-      0.5,
-    )
-    .option(
-      "--stream-interval <n>",
-      "output tokens per streamed event (as SGLang's flag; speculative decoding also sends several)",
-      integer(1),
-      1,
-    )
-    .option("--default-max-tokens <n>", "output length when a request sets none", integer(0), 16)
-    .option(
-      "--model <names>",
-      "model to serve; comma-separated for several (aliases, LoRA adapters), listed at /v1/models",
-      "mock-llm",
-    )
-    .option(
-      "--strict-models",
-      "answer 404 model_not_found to a request for a model not served (as vLLM does)",
-    )
-    .option("--no-report-capacity", "omit max_running_requests from /get_server_info")
-    .option(
-      "--no-usage",
-      "never report usage: no usage chunk in streams (stream_options ignored), none in answers",
-    )
-    .option(
-      "--no-report-stream-interval",
-      "omit stream_interval from /get_server_info (several tokens an event, as speculative decoding sends, unannounced)",
-    )
-    .option(
-      "--reported-capacity <value>",
-      "report this max_running_requests at /get_server_info, valid or not (JSON, else a string)",
-      jsonOrText,
-    )
-    .option(
-      "--context-length <n>",
-      "prompt + output tokens beyond this are refused (400)",
-      integer(1),
-      131072,
-    )
-    .option(
-      "--prefix-cache-tokens <n>",
-      "prefix cache size in tokens (LRU of 16-token blocks; 0 = none): TTFT grows with the uncached prompt tokens",
-      integer(0),
-      0,
-    )
-    .option(
-      "--prefill-ms-per-token <ms>",
-      "with a prefix cache: prefill time per uncached prompt token, added to the TTFT",
-      nonNegative,
-      0.05,
-    );
+  return (
+    new Command("sluice mock-worker")
+      .description("Simulated OpenAI/SGLang-compatible inference worker (no GPU)")
+      // Not 30000, the gateway's default: a worker and a gateway started with defaults both listen.
+      .option("--port <port>", "port to listen on (0 = ephemeral)", integer(0), 8000)
+      .option("--host <host>", "address to bind", "127.0.0.1")
+      .option("--max-running-requests <n>", "concurrent generations; more wait in a FIFO", integer(1), 64)
+      .option("--ttft-ms <ms>", "base time to first token", nonNegative, 20)
+      .option("--token-delay-ms <ms>", "base inter-token delay", nonNegative, 5)
+      .option("--batch-slowdown <fraction>", "delay added per extra running request", nonNegative, 0.02)
+      .option("--knee <n>", "concurrency past which delays rise steeply (0 = none)", integer(0), 0)
+      .option(
+        "--knee-slowdown <fraction>",
+        "delay multiplier added per running request past the knee",
+        nonNegative,
+        0.5,
+      )
+      .option(
+        "--stream-interval <n>",
+        "output tokens per streamed event (as SGLang's flag; speculative decoding also sends several)",
+        integer(1),
+        1,
+      )
+      .option("--default-max-tokens <n>", "output length when a request sets none", integer(0), 16)
+      .option(
+        "--model <names>",
+        "model to serve; comma-separated for several (aliases, LoRA adapters), listed at /v1/models",
+        "mock-llm",
+      )
+      .option(
+        "--strict-models",
+        "answer 404 model_not_found to a request for a model not served (as vLLM does)",
+      )
+      .option("--no-report-capacity", "omit max_running_requests from /get_server_info")
+      .option(
+        "--no-usage",
+        "never report usage: no usage chunk in streams (stream_options ignored), none in answers",
+      )
+      .option(
+        "--no-report-stream-interval",
+        "omit stream_interval from /get_server_info (several tokens an event, as speculative decoding sends, unannounced)",
+      )
+      .option(
+        "--reported-capacity <value>",
+        "report this max_running_requests at /get_server_info, valid or not (JSON, else a string)",
+        jsonOrText,
+      )
+      .option(
+        "--context-length <n>",
+        "prompt + output tokens beyond this are refused (400)",
+        integer(1),
+        131072,
+      )
+      .option(
+        "--prefix-cache-tokens <n>",
+        "prefix cache size in tokens (LRU of 16-token blocks; 0 = none): TTFT grows with the uncached prompt tokens",
+        integer(0),
+        0,
+      )
+      .option(
+        "--prefill-ms-per-token <ms>",
+        "with a prefix cache: prefill time per uncached prompt token, added to the TTFT",
+        nonNegative,
+        0.05,
+      )
+  );
 }
 
 /**

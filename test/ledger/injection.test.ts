@@ -13,6 +13,7 @@ import { describe, test } from "node:test";
 import { pino } from "pino";
 import { DuckDbSink } from "../../src/ledger/duckdb.js";
 import { formatResult, terminalSafe } from "../../src/ledger/format.js";
+import { REPORT_NOTES } from "../../src/ledger/report.js";
 import { LedgerWriter } from "../../src/ledger/writer.js";
 import { type Run, runCli } from "../cli-process.js";
 import { smallSchedulerYaml, startFleet } from "../harness.js";
@@ -191,8 +192,11 @@ describe("ledger output: no terminal or CSV injection", () => {
     assert.ok(table.stdout.includes("header:ops\\u009b2J"));
     assert.ok(table.stdout.includes("header:tab\\there"));
     // The window line, head and rule, one line per tenant and class (acme's two classes and three
-    // header tenants), and the count.
-    assert.equal(table.stdout.trimEnd().split("\n").length, 3 + 5 + 1, table.stdout);
+    // header tenants), and the count; then the notes on what the columns count.
+    const count = "(5 rows)\n";
+    const beforeNotes = table.stdout.slice(0, table.stdout.indexOf(count) + count.length);
+    assert.equal(beforeNotes.trimEnd().split("\n").length, 3 + 5 + 1, table.stdout);
+    assert.equal(table.stdout.slice(beforeNotes.length), `${REPORT_NOTES.join("\n")}\n`);
     const tenants = parseCsv(csv.stdout)
       .slice(1)
       .map((r) => r[0]);
