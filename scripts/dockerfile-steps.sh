@@ -3,8 +3,9 @@
 # starts the image's entry point in front of a mock worker and probes /health. CI has no Docker: this
 # is how it checks that the Dockerfile's steps build an image that serves (test/deploy).
 #
-#   bash scripts/dockerfile-steps.sh [--dir DIR] [--offline]
+#   bash scripts/dockerfile-steps.sh [--dir DIR] [--offline] [--file DOCKERFILE]
 #
+#   --file FILE  the Dockerfile to run (default: the repository's); COPY still copies from the repository
 #   --dir DIR    build in DIR (kept afterwards; each stage's filesystem is DIR/stages/<stage>);
 #                default a temporary directory, removed on exit
 #   --offline    npm in RUN steps uses its cache only (npm_config_offline=true), never the registry
@@ -54,7 +55,12 @@ while [[ $# -gt 0 ]]; do
       OFFLINE=1
       shift
       ;;
-    *) die "unknown argument '$1' (usage: dockerfile-steps.sh [--dir DIR] [--offline])" ;;
+    --file)
+      [[ $# -ge 2 ]] || die "--file needs a Dockerfile"
+      DOCKERFILE="$2"
+      shift 2
+      ;;
+    *) die "unknown argument '$1' (usage: dockerfile-steps.sh [--dir DIR] [--offline] [--file DOCKERFILE])" ;;
   esac
 done
 
