@@ -13,15 +13,16 @@
  * once per CI run: on the machine's Node, not again on the pinned lines of scripts/node-lines.lock.
  */
 import assert from "node:assert/strict";
-import { type ChildProcess, spawn } from "node:child_process";
+import type { ChildProcess } from "node:child_process";
 import { existsSync, readdirSync, readFileSync, writeFileSync } from "node:fs";
 import { mkdir, mkdtemp, rm } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { after, before, test } from "node:test";
-import { exited, listeningPort, REPO_ROOT } from "../cli-process.js";
-import { sendTo, waitFor } from "../harness.js";
+import { exited, REPO_ROOT } from "../cli-process.js";
+import { sendTo } from "../harness.js";
 import { consumerLock, type PackageLock, type PackedManifest } from "./consumer-lock.js";
+import { gatewayPort, printed, type Run, run, startProcess } from "./processes.js";
 
 const TOOLS_DIR = process.env.SLUICE_TOOLS_DIR ?? join(REPO_ROOT, ".tools");
 const PINNED_LINE = process.execPath.startsWith(TOOLS_DIR);
@@ -29,30 +30,6 @@ const SKIP = PINNED_LINE
   ? `runs once, on the machine's Node (this is ${process.version} from ${TOOLS_DIR})`
   : false;
 const SLOW_MS = 10 * 60_000;
-
-interface Run {
-  code: number | null;
-  stdout: string;
-  stderr: string;
-}
-
-function startProcess(command: string, args: string[], cwd: string, env = process.env) {
-  const child = spawn(command, args, { cwd, env, stdio: ["ignore", "pipe", "pipe"] });
-  const out = { stdout: "", stderr: "" };
-  child.stdout.on("data", (d: Buffer) => {
-    out.stdout += d.toString("utf8");
-  });
-  child.stderr.on("data", (d: Buffer) => {
-    out.stderr += d.toString("utf8");
-  });
-  return { child, out };
-}
-
-async function run(command: string, args: string[], cwd: string, env = process.env): Promise<Run> {
-  const { child, out } = startProcess(command, args, cwd, env);
-  const code = await exited(child);
-  return { code, ...out };
-}
 
 function assertRan(what: string, r: Run): void {
   assert.equal(r.code, 0, `${what} exited ${r.code}\n--- stdout\n${r.stdout}\n--- stderr\n${r.stderr}`);
@@ -154,20 +131,16 @@ test("the packed package, installed with production dependencies only, runs the 
 
   const worker = startProcess(sluice, ["mock-worker", "--port", "0"], consumer);
   started.push(worker.child);
-  let workerUrl = "";
-  await waitFor(
-    () => {
-      if (worker.child.exitCode !== null) throw new Error(`mock worker exited: ${worker.out.stderr}`);
-      workerUrl = /listening on (http:\/\/\S+)/.exec(worker.out.stdout)?.[1] ?? "";
-      return workerUrl !== "";
-    },
+  const workerUrl = await printed(
+    worker.child,
+    worker.out,
+    /listening on (http:\/\/\S+)/,
     "the mock worker printed its address",
-    { timeoutMs: 20_000, intervalMs: 50 },
   );
   // The default ledger (DuckDB, in the working directory) exercises the native dependency too.
   const gateway = startProcess(sluice, ["--worker-urls", workerUrl, "--port", "0"], consumer);
   started.push(gateway.child);
-  const port = await listeningPort(gateway.child, gateway.out);
+  const port = await gatewayPort(gateway.child, gateway.out);
   const health = await sendTo(`http://127.0.0.1:${port}`, "/health");
   assert.equal(health.status, 200, health.text);
 });

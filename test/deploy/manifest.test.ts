@@ -12,8 +12,9 @@ import { test } from "node:test";
 import { parseAllDocuments } from "yaml";
 import { type MockWorker, startMockWorker } from "../../src/mock-worker/index.js";
 import { redisOrSkip, statePrefix } from "../admission/services.js";
-import { exited, listeningPort, REPO_ROOT, startCli } from "../cli-process.js";
+import { exited, REPO_ROOT } from "../cli-process.js";
 import { sendTo, writeTempFile } from "../harness.js";
+import { gatewayPort, startProcess } from "./processes.js";
 
 const MANIFEST = join(REPO_ROOT, "deploy/sluice-replicas.yaml");
 const WORKER_SLOTS = 64;
@@ -65,19 +66,14 @@ test("the manifest's ConfigMap starts the gateway in scheduler mode on the fleet
   const gatewayPath = await writeTempFile(t, "gateway.yaml", gatewayDoc.toString());
 
   // As the Deployment runs it: the file, then the Redis URL and the replica id on the command line.
-  const { child, out } = startCli([
-    "--config",
-    gatewayPath,
-    "--state-url",
-    redis,
-    "--replica-id",
-    "deploy-test",
-  ]);
+  const cli = join(REPO_ROOT, "src/cli/main.ts");
+  const args = ["--config", gatewayPath, "--state-url", redis, "--replica-id", "deploy-test"];
+  const { child, out } = startProcess(process.execPath, ["--import", "tsx", cli, ...args], REPO_ROOT);
   t.after(async () => {
     child.kill("SIGKILL");
     await exited(child);
   });
-  const port = await listeningPort(child, out);
+  const port = await gatewayPort(child, out);
   const metrics = await sendTo(`http://127.0.0.1:${port}`, "/metrics");
   assert.equal(metrics.status, 200);
 
