@@ -160,7 +160,9 @@ export function startMockWorker(opts?: MockWorkerOptions): Promise<MockWorker> {
   const kv = o.kvTokens === undefined ? undefined : new KvCache(o.kvTokens, o.kvBlockSize);
   const batcher = new Batcher(o.maxRunningRequests, o.batchSlowdown, o.knee, o.kneeSlowdown, kv);
   let engineStats = new EngineStats(o.engine === "sglang" ? SGLANG_HISTOGRAM_BOUNDS : VLLM_HISTOGRAM_BOUNDS);
-  const recordFinished = (r: Parameters<EngineStats["record"]>[0]): void => engineStats.record(r);
+  // Only an engine's /metrics reads these; a plain worker (the benchmarks') skips the bookkeeping.
+  const recordFinished =
+    o.engine === undefined ? undefined : (r: Parameters<EngineStats["record"]>[0]) => engineStats.record(r);
   const tracker = new RequestTracker(o.maxRunningRequests, o.receivedLogSize);
   const baseTiming: Timing = { ttftMs: o.ttftMs, tokenDelayMs: o.tokenDelayMs };
   const prefixCache = o.prefixCacheTokens > 0 ? new PrefixCache(o.prefixCacheTokens) : undefined;

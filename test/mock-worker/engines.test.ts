@@ -230,6 +230,66 @@ describe("mock worker --engine vllm", () => {
   });
 });
 
+describe("mock worker: preemption seen from the client", () => {
+  const opts: MockWorkerOptions = { ...KV_TIMING, engine: "vllm", model: "m", kvTokens: 64 };
+  const body = (stream: boolean) => JSON.stringify({ model: "m", prompt: "x", max_tokens: 10, stream });
+  const headers = { "content-type": "application/json", "x-mock-prompt-tokens": "30" };
+
+  test("a preempted stream pauses and resumes: every token once, in order", async () => {
+    await withWorker(opts, async (w) => {
+      const a = request(`${w.url}/v1/chat/completions`, { method: "POST", headers, body: body(true) });
+      await waitFor(() => w.stats().running === 1, "a running");
+      const b = request(`${w.url}/v1/chat/completions`, { method: "POST", headers, body: body(true) });
+      const texts = await Promise.all(
+        [a, b].map(async (pending) => {
+          const res = await pending;
+          assert.equal(res.statusCode, 200);
+          return res.body.text();
+        }),
+      );
+      assert.equal(w.stats().kv?.preemptions, 1);
+      for (const text of texts) {
+        const chunks = text
+          .split("\n\n")
+          .filter((f) => f.startsWith("data: {"))
+          .map(
+            (f) => JSON.parse(f.slice(6)) as { choices: { delta: { role?: string; content?: string } }[] },
+          );
+        const deltas = chunks.map((c) => c.choices[0]!.delta);
+        assert.equal(deltas.filter((d) => d.role === "assistant").length, 1);
+        assert.equal(
+          deltas.map((d) => d.content ?? "").join(""),
+          "tok0 tok1 tok2 tok3 tok4 tok5 tok6 tok7 tok8 tok9",
+        );
+        assert.ok(text.endsWith("data: [DONE]\n\n"));
+      }
+    });
+  });
+
+  test("a preempted request whose client leaves leaves the queue and frees nothing twice", async () => {
+    await withWorker(opts, async (w) => {
+      const a = request(`${w.url}/v1/completions`, { method: "POST", headers, body: body(false) });
+      await waitFor(() => w.stats().running === 1, "a running");
+      const leaving = new AbortController();
+      const b = request(`${w.url}/v1/completions`, {
+        method: "POST",
+        headers,
+        body: body(false),
+        signal: leaving.signal,
+      }).catch((err: unknown) => err);
+      await waitFor(() => w.stats().kv?.preemptions === 1, "b preempted");
+      assert.equal(w.stats().waiting, 1);
+      leaving.abort();
+      assert.ok((await b) instanceof Error);
+      await waitFor(() => w.stats().waiting === 0 && w.stats().aborted === 1, "b gone from the queue");
+      assert.equal((await a).statusCode, 200);
+      await waitFor(() => w.stats().running === 0, "a done");
+      assert.equal(w.stats().kv?.usedBlocks, 0);
+      assert.equal(w.stats().completed, 1);
+    });
+  });
+});
+
 describe("mock worker --engine sglang", () => {
   test("/metrics has SGLang's names, types and labels; /get_server_info has the KV pool", async () => {
     await withWorker(
