@@ -5,6 +5,7 @@
 import { realpathSync } from "node:fs";
 import { fileURLToPath } from "node:url";
 import { Command, InvalidArgumentError } from "commander";
+import { ENGINES, type Engine } from "./engine-view.js";
 import { startMockWorker } from "./server.js";
 
 function nonNegative(value: string): number {
@@ -25,10 +26,19 @@ function integer(min: number): (value: string) => number {
   };
 }
 
+function engine(value: string): Engine {
+  const found = ENGINES.find((e) => e === value);
+  if (found === undefined) throw new InvalidArgumentError(`expected one of ${ENGINES.join(", ")}`);
+  return found;
+}
+
 interface CliOptions {
   port: number;
   host: string;
-  maxRunningRequests: number;
+  engine?: Engine;
+  kvTokens?: number;
+  blockSize?: number;
+  maxRunningRequests?: number;
   ttftMs: number;
   tokenDelayMs: number;
   batchSlowdown: number;
@@ -64,7 +74,26 @@ export function mockWorkerCommand(): Command {
       // Not 30000, the gateway's default: a worker and a gateway started with defaults both listen.
       .option("--port <port>", "port to listen on (0 = ephemeral)", integer(0), 8000)
       .option("--host <host>", "address to bind", "127.0.0.1")
-      .option("--max-running-requests <n>", "concurrent generations; more wait in a FIFO", integer(1), 64)
+      .option(
+        "--engine <name>",
+        "serve this engine's own signals too: vllm (/metrics, max_model_len, no /get_server_info) or sglang (/metrics, max_total_num_tokens); turns the KV model on",
+        engine,
+      )
+      .option(
+        "--max-running-requests <n>",
+        "concurrent generations; more wait in a FIFO (default 64, 256 with --engine vllm)",
+        integer(1),
+      )
+      .option(
+        "--kv-tokens <n>",
+        "KV cache capacity in tokens: requests wait when their prompt does not fit, the newest running one is preempted when growth does not",
+        integer(1),
+      )
+      .option(
+        "--block-size <n>",
+        "tokens per KV block (vLLM's --block-size; default 16 with --engine vllm, else 1)",
+        integer(1),
+      )
       .option("--ttft-ms <ms>", "base time to first token", nonNegative, 20)
       .option("--token-delay-ms <ms>", "base inter-token delay", nonNegative, 5)
       .option("--batch-slowdown <fraction>", "delay added per extra running request", nonNegative, 0.02)
@@ -143,7 +172,10 @@ export async function runMockWorkerCli(argv: string[]): Promise<void> {
   const worker = await startMockWorker({
     port: opts.port,
     host: opts.host,
-    maxRunningRequests: opts.maxRunningRequests,
+    ...(opts.engine !== undefined ? { engine: opts.engine } : {}),
+    ...(opts.kvTokens !== undefined ? { kvTokens: opts.kvTokens } : {}),
+    ...(opts.blockSize !== undefined ? { kvBlockSize: opts.blockSize } : {}),
+    ...(opts.maxRunningRequests !== undefined ? { maxRunningRequests: opts.maxRunningRequests } : {}),
     ttftMs: opts.ttftMs,
     tokenDelayMs: opts.tokenDelayMs,
     batchSlowdown: opts.batchSlowdown,
@@ -162,8 +194,11 @@ export async function runMockWorkerCli(argv: string[]): Promise<void> {
     prefixCacheTokens: opts.prefixCacheTokens,
     prefillMsPerToken: opts.prefillMsPerToken,
   });
+  const stats = worker.stats();
+  const kv = stats.kv === undefined ? "" : `, kv_tokens=${stats.kv.capacityTokens}`;
+  const imitating = opts.engine === undefined ? "" : `, engine=${opts.engine}`;
   process.stdout.write(
-    `mock worker listening on ${worker.url} (max_running_requests=${opts.maxRunningRequests})\n`,
+    `mock worker listening on ${worker.url} (max_running_requests=${stats.maxRunningRequests}${kv}${imitating})\n`,
   );
 
   await new Promise<void>((resolve) => {

@@ -1,9 +1,12 @@
 /**
  * One inference request inside the worker: waits for a running slot, generates through a
  * Generation, writes its answer, and gives the slot back when it finishes or its client leaves.
+ * With a KV cache it holds its prompt plus the tokens generated so far; preempted, it keeps what it
+ * has already written and resumes after a fresh prefill (the engine recomputes its KV).
  */
 
 import type { ServerResponse } from "node:http";
+import type { FinishedRequest } from "./engine-stats.js";
 import type { InferenceRequest, ResponseFormat } from "./protocol.js";
 import { type BatchEntry, type Batcher, Generation, type Timing, type TokenSink } from "./simulation.js";
 import { endStream, SSE_HEADERS, writeEvent } from "./sse.js";
@@ -17,9 +20,18 @@ import { endStream, SSE_HEADERS, writeEvent } from "./sse.js";
  */
 export type JobFault = { kind: "hang" } | { kind: "die-mid-stream"; afterTokens: number };
 
+/** Told once a job has completed (not when it was aborted). */
+export type JobObserver = (request: FinishedRequest) => void;
+
 export class Job implements BatchEntry, TokenSink {
   private generation: Generation | undefined;
   private finished = false;
+  /** Output tokens generated so far; a preempted job resumes after them. */
+  private generated = 0;
+  private preemptions = 0;
+  private readonly arrivedAt = performance.now();
+  private scheduledAt: number | undefined;
+  private firstTokenAt: number | undefined;
   private readonly hang: boolean;
   private readonly dieAfter: number | undefined;
   /** Output tokens generated but not yet streamed (a stream interval above 1 sends them together). */
@@ -33,6 +45,7 @@ export class Job implements BatchEntry, TokenSink {
     private readonly timing: Timing,
     private readonly streamInterval: number,
     fault?: JobFault,
+    private readonly observer?: JobObserver,
   ) {
     this.hang = fault?.kind === "hang";
     this.dieAfter = fault?.kind === "die-mid-stream" ? fault.afterTokens : undefined;
@@ -49,12 +62,31 @@ export class Job implements BatchEntry, TokenSink {
   }
 
   start(): void {
+    this.scheduledAt ??= performance.now();
     if (this.hang) return;
-    this.generation = new Generation(this.batcher, this.timing, this.request.maxTokens, this);
+    // A resumed job prefills again (its TTFT delay) before its next token.
+    this.generation = new Generation(this.batcher, this.timing, this.request.maxTokens, this, this.generated);
     this.generation.start();
   }
 
+  kvTokens(): number {
+    // The prompt, what was generated, and the token about to be: at most the whole answer.
+    return this.request.promptTokens + Math.min(this.generated + 1, Math.max(1, this.request.maxTokens));
+  }
+
+  reserve(index: number): boolean {
+    return this.batcher.grow(this, this.request.promptTokens + index + 1);
+  }
+
+  preempt(): void {
+    this.preemptions++;
+    this.generation?.cancel();
+    this.generation = undefined;
+  }
+
   emit(index: number): boolean {
+    this.generated = index + 1;
+    this.firstTokenAt ??= performance.now();
     if (!this.request.stream) {
       if (this.dieAfter !== undefined && index + 1 >= this.dieAfter) this.die();
       return true;
@@ -102,6 +134,16 @@ export class Job implements BatchEntry, TokenSink {
     this.finished = true;
     // Count it before the client can see the end, so a test reading stats after the response agrees.
     this.batcher.finish(this, "completed");
+    this.observer?.({
+      arrivedAt: this.arrivedAt,
+      scheduledAt: this.scheduledAt ?? performance.now(),
+      firstTokenAt: this.firstTokenAt,
+      finishedAt: performance.now(),
+      promptTokens: this.request.promptTokens,
+      outputTokens: this.request.maxTokens,
+      finishReason: this.request.capped || this.request.endpoint === "generate" ? "length" : "stop",
+      preemptions: this.preemptions,
+    });
     if (this.request.stream) {
       for (const event of this.format.endEvents()) writeEvent(this.res, event);
       endStream(this.res);

@@ -2,17 +2,38 @@
  * Public types of the mock worker and the defaults its options resolve to.
  */
 
+import { ENGINES, type Engine } from "./engine-view.js";
 import type { PrefixCacheCounters } from "./prefix-cache.js";
 import type { CapacityCounters, ReceivedRequest } from "./tracking.js";
 
 export type { CapacityCounters, ReceivedRequest } from "./tracking.js";
 
 export interface MockWorkerOptions {
+  /**
+   * The engine whose own signals the worker serves beside the OpenAI API (default none: today's
+   * SGLang-like worker, without /metrics). `vllm`: vLLM's /metrics, /v1/models with
+   * `max_model_len`, no /get_server_info. `sglang`: SGLang's /metrics, and /get_server_info with
+   * the KV pool's size (`max_total_num_tokens`). Either turns the KV model on (`kvTokens`).
+   */
+  engine?: Engine;
+  /**
+   * KV cache capacity in tokens: the running set is bounded by memory too. A request waits at the
+   * engine until its prompt fits; a running request whose next token does not fit preempts the
+   * newest running one, which is recomputed later. Default none (memory never binds), or with an
+   * engine maxRunningRequests x contextLength (every running request can reach full context).
+   * Like vLLM, a cache that cannot hold one request of the full context length is refused.
+   */
+  kvTokens?: number;
+  /** Tokens per KV block (vLLM's `--block-size`), default 16 with engine vllm, else 1 (SGLang's pages of one token). */
+  kvBlockSize?: number;
   /** 0 = ephemeral (default 0). */
   port?: number;
   /** Default 127.0.0.1. */
   host?: string;
-  /** Default 64; reported by /get_server_info; requests beyond it wait inside the worker (FIFO). */
+  /**
+   * Default 64 (256 with engine vllm, vLLM's `--max-num-seqs` default); reported by
+   * /get_server_info; requests beyond it wait inside the worker (FIFO).
+   */
   maxRunningRequests?: number;
   /** Default "mock-llm". */
   model?: string;
@@ -113,6 +134,19 @@ export interface MockWorkerStats extends CapacityCounters {
   lastRequestBody?: string;
   /** The prefix cache's counters, when the worker has one. */
   prefixCache?: PrefixCacheCounters;
+  /** The KV model's state, when the worker has one. */
+  kv?: KvCounters;
+}
+
+export interface KvCounters {
+  /** Capacity in tokens (whole blocks) and in blocks. */
+  capacityTokens: number;
+  blockSize: number;
+  totalBlocks: number;
+  usedBlocks: number;
+  usedTokens: number;
+  /** Running requests that lost their KV to another's growth since the counters started. */
+  preemptions: number;
 }
 
 export interface MockWorker {
@@ -149,13 +183,26 @@ export interface MockWorker {
   close(): Promise<void>;
 }
 
-export type ResolvedOptions = Required<MockWorkerOptions>;
+export type ResolvedOptions = Required<Omit<MockWorkerOptions, "engine" | "kvTokens">> & {
+  engine: Engine | undefined;
+  /** Undefined = no KV model. */
+  kvTokens: number | undefined;
+};
 
 export function resolveOptions(opts: MockWorkerOptions = {}): ResolvedOptions {
+  const engine = opts.engine;
+  if (engine !== undefined && !ENGINES.includes(engine)) {
+    throw new RangeError(`engine must be one of ${ENGINES.join(", ")}, got ${String(engine)}`);
+  }
+  const maxRunningRequests = opts.maxRunningRequests ?? (engine === "vllm" ? 256 : 64);
+  const contextLength = opts.contextLength ?? 131_072;
   const resolved: ResolvedOptions = {
+    engine,
+    kvTokens: opts.kvTokens ?? (engine === undefined ? undefined : maxRunningRequests * contextLength),
+    kvBlockSize: opts.kvBlockSize ?? (engine === "vllm" ? 16 : 1),
     port: opts.port ?? 0,
     host: opts.host ?? "127.0.0.1",
-    maxRunningRequests: opts.maxRunningRequests ?? 64,
+    maxRunningRequests,
     model: opts.model ?? "mock-llm",
     servedModels: opts.servedModels ?? [opts.model ?? "mock-llm"],
     strictModels: opts.strictModels ?? false,
@@ -172,7 +219,7 @@ export function resolveOptions(opts: MockWorkerOptions = {}): ResolvedOptions {
     healthy: opts.healthy ?? true,
     reportCapacity: opts.reportCapacity ?? true,
     reportedCapacity: opts.reportedCapacity,
-    contextLength: opts.contextLength ?? 131_072,
+    contextLength,
     receivedLogSize: opts.receivedLogSize ?? 10_000,
     maxHeaderSize: opts.maxHeaderSize ?? 16 * 1024,
     prefixCacheTokens: opts.prefixCacheTokens ?? 0,
@@ -197,6 +244,22 @@ export function resolveOptions(opts: MockWorkerOptions = {}): ResolvedOptions {
     const v = resolved[key];
     if (!Number.isInteger(v) || v < 0)
       throw new RangeError(`${key} must be a non-negative integer, got ${v}`);
+  }
+  if (!Number.isInteger(resolved.kvBlockSize) || resolved.kvBlockSize < 1) {
+    throw new RangeError(`kvBlockSize must be a positive integer, got ${resolved.kvBlockSize}`);
+  }
+  const kv = resolved.kvTokens;
+  if (kv !== undefined) {
+    if (!Number.isInteger(kv) || kv < 1)
+      throw new RangeError(`kvTokens must be a positive integer, got ${kv}`);
+    // vLLM refuses to start when one sequence of max_model_len tokens cannot fit in its KV cache.
+    const whole = Math.floor(kv / resolved.kvBlockSize) * resolved.kvBlockSize;
+    if (whole < resolved.contextLength) {
+      throw new RangeError(
+        `kvTokens ${kv} (${whole} in whole blocks of ${resolved.kvBlockSize}) cannot hold one request of ` +
+          `the context length ${resolved.contextLength}; lower contextLength or raise kvTokens`,
+      );
+    }
   }
   for (const key of [
     "ttftMs",

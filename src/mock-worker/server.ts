@@ -21,12 +21,26 @@
  * With `prefixCacheTokens`, a prefix cache (prefix-cache.ts): each inference request's prompt is
  * looked up when it arrives, its time to first token grows by `prefillMsPerToken` per prompt token
  * not found, and its usage reports the tokens found (`prompt_tokens_details.cached_tokens`).
+ *
+ * With an `engine`, the worker also serves that engine's own signals (vllm-signals.ts,
+ * sglang-signals.ts) and bounds its running set by a KV cache (kv-cache.ts): requests wait at the
+ * engine when their prompt does not fit, and are preempted and recomputed when a running one's
+ * growth does not.
  */
 
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from "node:http";
 import type { AddressInfo, Socket } from "node:net";
+import { EngineStats } from "./engine-stats.js";
+import type { EngineView } from "./engine-view.js";
 import { Job, type JobFault } from "./job.js";
-import { type MockWorker, type MockWorkerOptions, type MockWorkerStats, resolveOptions } from "./options.js";
+import { KvCache } from "./kv-cache.js";
+import {
+  type KvCounters,
+  type MockWorker,
+  type MockWorkerOptions,
+  type MockWorkerStats,
+  resolveOptions,
+} from "./options.js";
 import { blockKeys, PrefixCache, promptText } from "./prefix-cache.js";
 import {
   type Endpoint,
@@ -36,8 +50,10 @@ import {
   RequestError,
   responseFormat,
 } from "./protocol.js";
+import { SGLANG_HISTOGRAM_BOUNDS, sglangMetrics, sglangSchedulerInfo } from "./sglang-signals.js";
 import { Batcher, type Timing } from "./simulation.js";
 import { type ReceivedRequest, RequestTracker } from "./tracking.js";
+import { VLLM_HISTOGRAM_BOUNDS, vllmMetrics, vllmModels } from "./vllm-signals.js";
 
 /** Bodies beyond this are answered 413; a mock has no use for more. */
 const MAX_BODY_BYTES = 64 * 1024 * 1024;
@@ -54,9 +70,14 @@ function sendJson(res: ServerResponse, status: number, value: unknown): void {
   res.end(body);
 }
 
-function sendText(res: ServerResponse, status: number, text: string): void {
+function sendText(
+  res: ServerResponse,
+  status: number,
+  text: string,
+  contentType = "text/plain; charset=utf-8",
+): void {
   res.writeHead(status, {
-    "content-type": "text/plain; charset=utf-8",
+    "content-type": contentType,
     "content-length": Buffer.byteLength(text),
   });
   res.end(text);
@@ -136,7 +157,12 @@ function readBody(req: IncomingMessage): Promise<string | null> {
 
 export function startMockWorker(opts?: MockWorkerOptions): Promise<MockWorker> {
   const o = resolveOptions(opts);
-  const batcher = new Batcher(o.maxRunningRequests, o.batchSlowdown, o.knee, o.kneeSlowdown);
+  const kv = o.kvTokens === undefined ? undefined : new KvCache(o.kvTokens, o.kvBlockSize);
+  const batcher = new Batcher(o.maxRunningRequests, o.batchSlowdown, o.knee, o.kneeSlowdown, kv);
+  let engineStats = new EngineStats(o.engine === "sglang" ? SGLANG_HISTOGRAM_BOUNDS : VLLM_HISTOGRAM_BOUNDS);
+  // Only an engine's /metrics reads these; a plain worker (the benchmarks') skips the bookkeeping.
+  const recordFinished =
+    o.engine === undefined ? undefined : (r: Parameters<EngineStats["record"]>[0]) => engineStats.record(r);
   const tracker = new RequestTracker(o.maxRunningRequests, o.receivedLogSize);
   const baseTiming: Timing = { ttftMs: o.ttftMs, tokenDelayMs: o.tokenDelayMs };
   const prefixCache = o.prefixCacheTokens > 0 ? new PrefixCache(o.prefixCacheTokens) : undefined;
@@ -164,7 +190,46 @@ export function startMockWorker(opts?: MockWorkerOptions): Promise<MockWorker> {
     if (o.reportCapacity) {
       info["max_running_requests"] = reportedCapacity === undefined ? o.maxRunningRequests : reportedCapacity;
     }
+    const view = engineView();
+    if (o.engine === "sglang" && view !== undefined) Object.assign(info, sglangSchedulerInfo(view));
     return info;
+  }
+
+  /** The state an engine's signals read; undefined without a KV model. */
+  function engineView(): EngineView | undefined {
+    if (kv === undefined) return undefined;
+    const cache = prefixCache?.counters();
+    return {
+      model: servedModels[0] ?? o.model,
+      running: batcher.runningCount,
+      waiting: batcher.waitingCount,
+      kv,
+      maxRunningRequests: o.maxRunningRequests,
+      contextLength: o.contextLength,
+      preemptions: batcher.preemptions,
+      aborted: batcher.aborted,
+      stats: engineStats,
+      prefixHitRate:
+        cache === undefined || cache.promptTokens === 0 ? 0 : cache.cachedTokens / cache.promptTokens,
+    };
+  }
+
+  function kvCounters(cache: KvCache): KvCounters {
+    return {
+      capacityTokens: cache.capacityTokens,
+      blockSize: cache.blockSize,
+      totalBlocks: cache.totalBlocks,
+      usedBlocks: cache.usedBlocks,
+      usedTokens: cache.usedTokens,
+      preemptions: batcher.preemptions,
+    };
+  }
+
+  /** `GET /metrics` in the engine's own names; undefined when the worker imitates none. */
+  function engineMetrics(): string | undefined {
+    const view = engineView();
+    if (view === undefined || o.engine === undefined) return undefined;
+    return o.engine === "vllm" ? vllmMetrics(view) : sglangMetrics(view);
   }
 
   function counters(): MockWorkerStats {
@@ -182,6 +247,7 @@ export function startMockWorker(opts?: MockWorkerOptions): Promise<MockWorker> {
       clientErrors,
       restarts,
       ...(prefixCache !== undefined ? { prefixCache: prefixCache.counters() } : {}),
+      ...(kv !== undefined ? { kv: kvCounters(kv) } : {}),
     };
   }
 
@@ -193,12 +259,25 @@ export function startMockWorker(opts?: MockWorkerOptions): Promise<MockWorker> {
         else sendText(res, 503, "unhealthy");
         return true;
       case "/get_server_info":
+        // vLLM has no such route (nor /get_model_info): the generic 404.
+        if (o.engine === "vllm") return false;
         sendJson(res, 200, serverInfo());
         return true;
       case "/get_model_info":
+        if (o.engine === "vllm") return false;
         sendJson(res, 200, { model_path: o.model, tokenizer_path: o.model, is_generation: true });
         return true;
+      case "/metrics": {
+        const text = engineMetrics();
+        if (text === undefined) return false;
+        sendText(res, 200, text, "text/plain; version=0.0.4; charset=utf-8");
+        return true;
+      }
       case "/v1/models":
+        if (o.engine === "vllm") {
+          sendJson(res, 200, vllmModels(servedModels, o.contextLength));
+          return true;
+        }
         if (!o.modelsEndpoint) {
           sendJson(res, 404, errorBody("no such route: /v1/models", "invalid_request_error"));
           return true;
@@ -333,7 +412,7 @@ export function startMockWorker(opts?: MockWorkerOptions): Promise<MockWorker> {
       timing.ttftMs += o.prefillMsPerToken * (request.promptTokens - cached);
     }
     const format = responseFormat(request, ++seq, o.model);
-    new Job(res, batcher, request, format, timing, o.streamInterval, fault).begin();
+    new Job(res, batcher, request, format, timing, o.streamInterval, fault, recordFinished).begin();
   }
 
   function logReceived(req: IncomingMessage, url: string, inference: boolean): ReceivedRequest | undefined {
@@ -462,6 +541,7 @@ export function startMockWorker(opts?: MockWorkerOptions): Promise<MockWorker> {
       clearReceived: () => tracker.clearReceived(),
       resetStats() {
         batcher.resetCounters();
+        engineStats = engineStats.fresh();
         prefixCache?.resetCounters();
         totalRequests = 0;
         clientErrors = 0;

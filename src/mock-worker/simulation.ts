@@ -6,7 +6,15 @@
  * engine whose step time grows with batch size:
  *   effective delay = base * (1 + batchSlowdown * (running - 1)),
  * and past an optional knee, by a further (1 + kneeSlowdown * (running - knee)).
+ *
+ * With a KV cache (kv-cache.ts) the running set is also bounded by memory, as in vLLM's scheduler:
+ * a waiter starts only when its tokens fit (the head of the queue blocks those behind it, FCFS),
+ * and a running request whose next token does not fit preempts the newest running request, which
+ * frees its KV and goes back to the front of the queue to be recomputed later (vLLM's RECOMPUTE
+ * preemption; SGLang's retraction likewise returns a request to its waiting queue).
  */
+
+import type { KvCache } from "./kv-cache.js";
 
 /** Something that occupies a running slot once admitted. */
 export interface BatchEntry {
@@ -14,6 +22,13 @@ export interface BatchEntry {
   start(): void;
   /** Stops the entry and hands it back through finish(entry, "aborted"). */
   abort(): void;
+  /**
+   * KV tokens the entry needs to (re)start: its prompt, the tokens it generated, and the next one.
+   * Only a Batcher with a KV cache asks; an entry without it needs none.
+   */
+  kvTokens?(): number;
+  /** Called by the Batcher when it takes the entry's KV away: stop generating, keep the progress. */
+  preempt?(): void;
 }
 
 export type Outcome = "completed" | "aborted";
@@ -21,11 +36,16 @@ export type Outcome = "completed" | "aborted";
 export class Batcher {
   // A Set is an insertion-ordered FIFO with O(1) removal of a waiter that disconnects.
   private readonly waiting = new Set<BatchEntry>();
+  /** Preempted entries, oldest preemption first: they go before every new arrival. */
+  private readonly preempted: BatchEntry[] = [];
+  // Insertion order is admission order: the last one is the newest, the first to be preempted.
   private readonly running = new Set<BatchEntry>();
   private draining = false;
   peakRunning = 0;
   completed = 0;
   aborted = 0;
+  /** Times a running entry lost its KV to another's growth (or to its own). */
+  preemptions = 0;
 
   constructor(
     private readonly maxRunning: number,
@@ -33,6 +53,8 @@ export class Batcher {
     /** 0 = no knee. */
     private readonly knee = 0,
     private readonly kneeSlowdown = 0,
+    /** Without one, memory never limits the running set. */
+    readonly kv?: KvCache,
   ) {}
 
   get runningCount(): number {
@@ -40,7 +62,7 @@ export class Batcher {
   }
 
   get waitingCount(): number {
-    return this.waiting.size;
+    return this.waiting.size + this.preempted.length;
   }
 
   /** Queues an entry; it starts at once when a slot is free and nobody waits ahead of it. */
@@ -51,10 +73,44 @@ export class Batcher {
 
   /** Ends an entry, running or waiting, and hands its slot on. Finishing twice is a no-op. */
   finish(entry: BatchEntry, outcome: Outcome): void {
-    if (!this.running.delete(entry) && !this.waiting.delete(entry)) return;
+    if (!this.running.delete(entry) && !this.waiting.delete(entry) && !this.leavePreempted(entry)) return;
+    this.kv?.release(entry);
     if (outcome === "completed") this.completed++;
     else this.aborted++;
     this.drain();
+  }
+
+  /**
+   * Makes room for a running entry to hold `tokens` KV tokens, preempting the newest running entries
+   * until it fits. False when the entry itself was preempted (it was the newest): it waits again.
+   * The freed KV goes to the grower only; waiters are not started here, as vLLM schedules no new
+   * request in a step that preempted one.
+   */
+  grow(entry: BatchEntry, tokens: number): boolean {
+    const kv = this.kv;
+    if (kv === undefined || !this.running.has(entry)) return true;
+    while (!kv.fits(entry, tokens)) {
+      const newest = [...this.running].at(-1)!;
+      this.preemptEntry(newest);
+      if (newest === entry) return false;
+    }
+    kv.hold(entry, tokens);
+    return true;
+  }
+
+  private preemptEntry(entry: BatchEntry): void {
+    this.running.delete(entry);
+    this.kv?.release(entry);
+    this.preempted.push(entry);
+    this.preemptions++;
+    entry.preempt?.();
+  }
+
+  private leavePreempted(entry: BatchEntry): boolean {
+    const i = this.preempted.indexOf(entry);
+    if (i === -1) return false;
+    this.preempted.splice(i, 1);
+    return true;
   }
 
   /** Starts the counters afresh; the peak restarts at the number running now. */
@@ -62,11 +118,12 @@ export class Batcher {
     this.peakRunning = this.running.size;
     this.completed = 0;
     this.aborted = 0;
+    this.preemptions = 0;
   }
 
   /** Aborts every waiting and running entry (the worker is closing). */
   abortAll(): void {
-    for (const entry of [...this.waiting, ...this.running]) entry.abort();
+    for (const entry of [...this.preempted, ...this.waiting, ...this.running]) entry.abort();
   }
 
   /** A base delay scaled by the current batch size. */
@@ -87,12 +144,17 @@ export class Batcher {
     this.draining = true;
     try {
       while (this.running.size < this.maxRunning) {
-        const next = this.waiting.values().next();
-        if (next.done) break;
-        this.waiting.delete(next.value);
-        this.running.add(next.value);
+        const next = this.preempted[0] ?? this.waiting.values().next().value;
+        if (next === undefined) break;
+        // First come, first served: a head that does not fit holds back those behind it.
+        const tokens = this.kv === undefined ? 0 : (next.kvTokens?.() ?? 0);
+        if (this.kv !== undefined && !this.kv.fits(next, tokens)) break;
+        if (this.preempted[0] === next) this.preempted.shift();
+        else this.waiting.delete(next);
+        this.kv?.hold(next, tokens);
+        this.running.add(next);
         if (this.running.size > this.peakRunning) this.peakRunning = this.running.size;
-        next.value.start();
+        next.start();
       }
     } finally {
       this.draining = false;
@@ -102,6 +164,11 @@ export class Batcher {
 
 /** Where a Generation puts its tokens. */
 export interface TokenSink {
+  /**
+   * Makes room for output token `index` before it is generated; false means the generation was
+   * stopped meanwhile (preempted) and must not go on.
+   */
+  reserve?(index: number): boolean;
   /** Emits output token `index`; false means the consumer is backpressured. */
   emit(index: number): boolean;
   /** Calls `resume` once the consumer can take more. */
@@ -132,7 +199,11 @@ export class Generation {
     private readonly timing: Timing,
     private readonly tokens: number,
     private readonly sink: TokenSink,
-  ) {}
+    /** Tokens already generated before a preemption: the generation resumes after them. */
+    from = 0,
+  ) {
+    this.next = from;
+  }
 
   start(): void {
     const ttft = this.batcher.scale(this.timing.ttftMs);
@@ -161,6 +232,7 @@ export class Generation {
           return;
         }
       }
+      if (this.next < this.tokens && this.sink.reserve !== undefined && !this.sink.reserve(this.next)) return;
       const ok = this.next < this.tokens ? this.sink.emit(this.next++) : true;
       if (this.cancelled) return;
       if (this.next >= this.tokens) {
