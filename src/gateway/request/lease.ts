@@ -17,7 +17,7 @@ import {
   SharedStateUnavailableError,
   type Slot,
 } from "../../contracts/admission-backend.js";
-import type { ErrorCode } from "../../contracts/error-table.js";
+import { ERROR_TABLE, type ErrorCode } from "../../contracts/error-table.js";
 import { GatewayError, toGatewayError } from "../../contracts/gateway-error.js";
 import type {
   AdmissionPath,
@@ -72,32 +72,6 @@ interface Charge {
 type Ending = { answered: number } | { failed: unknown };
 
 const CLIENT_GONE = new Error("the client went away");
-
-function outcomeOf(code: ErrorCode): OutcomeKind {
-  switch (code) {
-    case "scheduler_preempted":
-      return "preempted";
-    case "scheduler_client_cancelled":
-    case "admission_client_cancelled":
-      return "cancelled";
-    case "scheduler_queue_timeout":
-    case "admission_queue_timeout":
-    case "request_header_timeout":
-    case "request_body_timeout":
-    case "request_body_too_slow":
-    case "upstream_timeout":
-    case "worker_room_timeout":
-      return "timeout";
-    case "upstream_unavailable":
-    case "upstream_reset":
-    case "upstream_bad_response":
-    case "internal_error":
-    case "no_healthy_workers":
-      return "error";
-    default:
-      return "rejected";
-  }
-}
 
 /**
  * The lease is its own cancel signal (the core's CancelSignal: `aborted`, add/removeEventListener):
@@ -438,7 +412,7 @@ export class Lease implements ExchangeOwner, CancelSignal {
       const error = this.errorFor(ending.failed);
       status = error.status;
       code = error.code;
-      outcome = outcomeOf(code);
+      outcome = ERROR_TABLE[code].outcome;
       if (bytesSent || status === 499 || res.destroyed) {
         // The answer already started (the stream is cut), or nobody is left to answer.
         if (!res.destroyed) res.destroy();
