@@ -344,7 +344,6 @@ export async function startGateway(options: GatewayOptions, outcomes?: OutcomeSi
     workers,
     budgets,
     metrics,
-    activity,
     tenants: () => tenants,
     maxPayloadSize: options.maxPayloadSize,
     bodyIdleMs: limits.bodyIdleTimeoutSecs * 1000,
