@@ -5,21 +5,34 @@
  *
  * Columns: HTTP status; whether a client may retry the same request unchanged; the Retry-After rule
  * (`none`, a fixed number of seconds, or `computed` from the situation, e.g. a token bucket's refill);
- * the default message; the anchor in docs/errors.md. Modelled on fastify's errors.js and undici's
- * errors: a stable code is the contract, the message is for people.
+ * the default message; the outcome record's kind for a request that ends with it (`rejected` unless
+ * named: the gateway refused it); the anchor in docs/errors.md. Modelled on fastify's errors.js and
+ * undici's errors: a stable code is the contract, the message is for people.
  */
 
+import type { OutcomeKind } from "./outcome.js";
+
 export type RetryAfterRule = "none" | "computed" | number;
+
+/** How a request that ends with an error code ended, in its outcome record (never `ok`). */
+export type ErrorOutcome = Exclude<OutcomeKind, "ok">;
 
 export interface ErrorRow {
   readonly status: number;
   readonly retryable: boolean;
   readonly retryAfter: RetryAfterRule;
   readonly message: string;
+  readonly outcome: ErrorOutcome;
 }
 
-function row(status: number, retryable: boolean, retryAfter: RetryAfterRule, message: string): ErrorRow {
-  return { status, retryable, retryAfter, message };
+function row(
+  status: number,
+  retryable: boolean,
+  retryAfter: RetryAfterRule,
+  message: string,
+  outcome: ErrorOutcome = "rejected",
+): ErrorRow {
+  return { status, retryable, retryAfter, message, outcome };
 }
 
 export const ERROR_TABLE = {
@@ -30,9 +43,10 @@ export const ERROR_TABLE = {
     true,
     "none",
     "the request waited its class's queue timeout without admission",
+    "timeout",
   ),
-  scheduler_preempted: row(503, true, 1, "a higher class took the slot before the first byte"),
-  scheduler_client_cancelled: row(499, false, "none", "the client went away"),
+  scheduler_preempted: row(503, true, 1, "a higher class took the slot before the first byte", "preempted"),
+  scheduler_client_cancelled: row(499, false, "none", "the client went away", "cancelled"),
   // Shared state (Redis) unreachable with --state-fail-mode closed (docs/replicas.md).
   scheduler_unavailable: row(503, true, 1, "the shared scheduler state is unavailable"),
   // Shedding at the door (docs/adaptive.md).
@@ -44,8 +58,9 @@ export const ERROR_TABLE = {
     true,
     "computed",
     "the request waited the queue timeout without admission",
+    "timeout",
   ),
-  admission_client_cancelled: row(499, false, "none", "the client went away"),
+  admission_client_cancelled: row(499, false, "none", "the client went away", "cancelled"),
   // Who is asking, and what the tenant may do.
   missing_api_key: row(401, false, "none", "authentication required: send Authorization: Bearer <key>"),
   invalid_api_key: row(401, false, "none", "the API key is not valid"),
@@ -63,29 +78,36 @@ export const ERROR_TABLE = {
   expectation_failed: row(417, false, "none", "only Expect: 100-continue is supported"),
   request_headers_too_large: row(431, false, "none", "the request line and headers are too large"),
   http_version_not_supported: row(505, false, "none", "only HTTP/1.0 and HTTP/1.1 are supported"),
-  request_header_timeout: row(408, true, "none", "the request headers were not received in time"),
-  request_body_timeout: row(408, true, "none", "the request body stalled"),
-  request_body_too_slow: row(408, true, "none", "the request body did not arrive within the body deadline"),
+  request_header_timeout: row(408, true, "none", "the request headers were not received in time", "timeout"),
+  request_body_timeout: row(408, true, "none", "the request body stalled", "timeout"),
+  request_body_too_slow: row(
+    408,
+    true,
+    "none",
+    "the request body did not arrive within the body deadline",
+    "timeout",
+  ),
   payload_too_large: row(413, false, "none", "the request body exceeds the size limit"),
   invalid_json: row(400, false, "none", "the request body is not valid JSON"),
   invalid_request_body: row(400, false, "none", "a request field has the wrong type or shape"),
   invalid_request: row(400, false, "none", "the request cannot be forwarded as sent"),
   too_many_connections: row(503, true, 1, "the gateway has too many client connections open"),
   // The workers.
-  no_healthy_workers: row(503, true, 1, "no healthy worker is available"),
+  no_healthy_workers: row(503, true, 1, "no healthy worker is available", "error"),
   worker_room_timeout: row(
     503,
     true,
     1,
     "no worker of the request's pool had room for it within the dispatch bound",
+    "timeout",
   ),
   model_not_found: row(404, false, "none", "no worker serves this model"),
-  upstream_unavailable: row(502, true, "none", "could not connect to the worker"),
-  upstream_reset: row(502, true, "none", "the worker closed the connection"),
-  upstream_bad_response: row(502, true, "none", "the worker sent a malformed HTTP response"),
-  upstream_timeout: row(504, true, "none", "the worker did not answer in time"),
+  upstream_unavailable: row(502, true, "none", "could not connect to the worker", "error"),
+  upstream_reset: row(502, true, "none", "the worker closed the connection", "error"),
+  upstream_bad_response: row(502, true, "none", "the worker sent a malformed HTTP response", "error"),
+  upstream_timeout: row(504, true, "none", "the worker did not answer in time", "timeout"),
   // The gateway itself.
-  internal_error: row(500, true, "none", "internal gateway error"),
+  internal_error: row(500, true, "none", "internal gateway error", "error"),
   metrics_failed: row(500, true, "none", "metrics collection failed"),
   // The admin API.
   invalid_admin_token: row(401, false, "none", "the admin API needs Authorization: Bearer <admin token>"),

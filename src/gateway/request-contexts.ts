@@ -42,7 +42,6 @@ export function requestContexts(parts: RequestParts): { lifecycle: LifecycleCont
     workers: fleet.workers,
     budgets,
     metrics,
-    activity,
     tenants: () => policy.tenants,
     maxPayloadSize: options.maxPayloadSize,
     bodyIdleMs: limits.bodyIdleTimeoutSecs * 1000,

@@ -30,6 +30,7 @@ import {
   type PriorityClass,
 } from "@sluice/scheduler/core/class.js";
 import { Slots } from "@sluice/scheduler/core/slots.js";
+import { PoolTicket, type TicketCounters } from "../accounting/pool-ticket.js";
 import { AdaptiveCapacity, heldBackOf } from "../capacity/adaptive.js";
 import type { AdaptiveLimitSnapshot } from "../capacity/adaptive-limit.js";
 import { Periodic } from "../capacity/periodic.js";
@@ -74,6 +75,8 @@ class SimRequest {
   /** Prefill tokens the worker had computed when the scheduler preempted it. */
   preemptedPrefill = 0;
   ticket: SimTicket | undefined;
+  /** Its counts in its gate (queue, in flight, served), as the gateway's lease holds them. */
+  counts: PoolTicket | undefined;
   hold: BudgetHold | undefined;
   job: Job | undefined;
   workerUrl: string | undefined = undefined;
@@ -126,6 +129,8 @@ interface Gate {
   readonly policy: AdmissionPolicy;
   readonly adaptive: AdaptiveCapacity | undefined;
   readonly shedding: LoadShedding | undefined;
+  /** Where its requests' pool tickets count: adaptive capacity and shedding. */
+  readonly counters: TicketCounters;
   /** The workers whose healthy max_running make its discovered capacity. */
   readonly workers: readonly Worker[];
   /** What those workers report, for the adaptive controller. */
@@ -508,7 +513,7 @@ export async function runPolicy(
           req.workerUrl,
         );
       }
-      gate.shedding?.served(classOfRank(req.cls), req.tenant.spec.key, tokens);
+      req.counts!.served(classOfRank(req.cls), tokens);
       gate.policy.adjustCost(req.ticket!, tokens);
       req.fair!.completed(req.tenant.index, req.admittedAt, t, tokens);
       if (req.hold) budgets!.settle(req.hold, { inputTokens: req.prompt, outputTokens: req.output });
@@ -528,8 +533,7 @@ export async function runPolicy(
       }
       // A reset or a context-length refusal is no overload signal (the gateway counts only a
       // worker's 429/503 and upstream timeouts); what was served still counts for shedding.
-      if (!Number.isNaN(req.firstAt))
-        req.gate!.shedding?.served(classOfRank(req.cls), req.tenant.spec.key, req.estimate);
+      if (!Number.isNaN(req.firstAt)) req.counts!.served(classOfRank(req.cls), req.estimate);
       leaveFleet(req);
       req.ticket!.release();
       end(req, reason, t);
@@ -579,6 +583,7 @@ export async function runPolicy(
     const parts = {
       adaptive,
       shedding,
+      counters: { feedback: adaptive, shedding, now: () => clock.now() },
       workers: ws,
       reported,
       inflight: [0, 0, 0, 0],
@@ -746,22 +751,14 @@ export async function runPolicy(
     req.pool!.inflight--;
     const gate = req.gate!;
     gate.inflight[req.cls]!--;
-    gate.adaptive?.inflight(-1);
+    req.counts!.ended();
     req.fair!.finished(req.estimate);
   };
-  /** The request left the admission queue (`admitted`: with a slot): the queue counts and its wait. */
-  const leaveQueue = (req: SimRequest, now: number, admitted: boolean) => {
+  /** The request left the admission queue: the run's series of queued requests. */
+  const leaveQueue = (req: SimRequest) => {
     queued[req.cls]!--;
     req.pool!.queued--;
-    const gate = req.gate!;
-    gate.queued[req.cls]!--;
-    gate.adaptive?.queued(-1);
-    const shedding = gate.shedding;
-    if (shedding) {
-      const cls = classOfRank(req.cls);
-      shedding.queue(cls, req.tenant.spec.key, -1);
-      shedding.queueWait(cls, now - req.arrival, admitted);
-    }
+    req.gate!.queued[req.cls]!--;
   };
   const onPreempted = (req: SimRequest) => {
     if (req.state !== ADMITTED) return;
@@ -786,8 +783,8 @@ export async function runPolicy(
     inflight[req.cls]!++;
     req.pool!.inflight++;
     req.gate!.inflight[req.cls]!++;
-    req.gate!.adaptive?.inflight(1);
-    leaveQueue(req, now, true);
+    req.counts!.admitted();
+    leaveQueue(req);
     req.state = ADMITTED;
     req.ticket = ticket;
     req.admittedAt = now;
@@ -826,7 +823,8 @@ export async function runPolicy(
     handled++;
     const now = clock.now();
     req.fair!.left(req.tenant.index, now);
-    leaveQueue(req, now, false);
+    req.counts!.notAdmitted();
+    leaveQueue(req);
     if (req.hold) budgets!.refund(req.hold);
     let code = codeOf(err);
     // Queued in a pool whose workers all left: the answer is theirs being gone, not the wait.
@@ -906,6 +904,7 @@ export async function runPolicy(
     }
     const cs = series.classes[m.rank]!;
     const shedding = gate.shedding;
+    let shedClass: PriorityClass | undefined;
     if (shedding) {
       // Shedding at the door, after the budgets and before the queue, as in the gateway.
       const cls = classOfRank(m.rank);
@@ -916,10 +915,11 @@ export async function runPolicy(
         end(req, "load_shed", now, verdict.retryAfterSecs);
         return;
       }
-      shedding.queue(cls, tenant.spec.key, 1);
+      shedClass = cls;
     }
     bump(cs.passed, now);
-    gate.adaptive?.queued(1);
+    req.counts = new PoolTicket(gate.counters, tenant.spec.key);
+    req.counts.queued(shedClass);
     queued[m.rank]!++;
     pool.queued++;
     gate.queued[m.rank]!++;

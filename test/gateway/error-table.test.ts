@@ -36,3 +36,30 @@ test("docs/errors.md and the error table agree, code by code", () => {
   }
   for (const code of doc.keys()) assert.ok(code in ERROR_TABLE, `${code} is documented but not in the table`);
 });
+
+test("every code names the outcome kind its request's record carries", () => {
+  // The codes that end a request some other way than a refusal; every other code is `rejected`.
+  const notRejected: Record<string, string> = {
+    scheduler_preempted: "preempted",
+    scheduler_client_cancelled: "cancelled",
+    admission_client_cancelled: "cancelled",
+    scheduler_queue_timeout: "timeout",
+    admission_queue_timeout: "timeout",
+    request_header_timeout: "timeout",
+    request_body_timeout: "timeout",
+    request_body_too_slow: "timeout",
+    upstream_timeout: "timeout",
+    worker_room_timeout: "timeout",
+    upstream_unavailable: "error",
+    upstream_reset: "error",
+    upstream_bad_response: "error",
+    internal_error: "error",
+    no_healthy_workers: "error",
+  };
+  const kinds = new Set(["preempted", "cancelled", "timeout", "error", "rejected"]);
+  for (const [code, row] of Object.entries(ERROR_TABLE)) {
+    assert.ok(kinds.has(row.outcome), `${code}: outcome ${row.outcome} is not an error outcome kind`);
+    assert.equal(row.outcome, notRejected[code] ?? "rejected", `${code}: outcome`);
+  }
+  for (const code of Object.keys(notRejected)) assert.ok(code in ERROR_TABLE, `${code} is not in the table`);
+});

@@ -1,8 +1,8 @@
 /**
  * The layering of docs/design.md ("Layout"), checked over the import graph as the code has it:
  *
- *   library (@sluice/scheduler) → contracts → {admission, capacity, shedding, routing, ledger, tracing,
- *   metrics, config, mock-worker} → gateway → {dashboard, cli, sim}
+ *   library (@sluice/scheduler) → contracts → {admission, capacity, shedding, accounting, routing,
+ *   ledger, tracing, metrics, config, mock-worker} → gateway → {dashboard, cli, sim}
  *
  * A file may import its own room, any room on a lower floor, and a room of its own floor as long as
  * the rooms of that floor import each other without a circle. The library imports nothing but itself
@@ -23,7 +23,18 @@ const LIBRARY_NAME = "@sluice/scheduler";
 const FLOORS: readonly (readonly string[])[] = [
   ["library"],
   ["contracts"],
-  ["admission", "capacity", "shedding", "routing", "ledger", "tracing", "metrics", "config", "mock-worker"],
+  [
+    "admission",
+    "capacity",
+    "shedding",
+    "accounting",
+    "routing",
+    "ledger",
+    "tracing",
+    "metrics",
+    "config",
+    "mock-worker",
+  ],
   ["gateway"],
   ["dashboard", "cli", "sim", "index.ts"],
 ];

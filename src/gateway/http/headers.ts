@@ -11,6 +11,19 @@
  */
 import type { IncomingHttpHeaders } from "node:http";
 
+/** The header a client asks for its priority class with (SGLang's name). */
+const PRIORITY_HEADER = "x-smg-priority";
+
+/** A header's first value: Node gives a repeated header (set-cookie and unknown names) as an array. */
+export function firstHeaderValue(value: string | string[] | undefined): string | undefined {
+  return Array.isArray(value) ? value[0] : value;
+}
+
+/** The priority the client asked for (`x-smg-priority`), raw: admission parses it leniently. */
+export function requestedPriority(headers: IncomingHttpHeaders): string | undefined {
+  return firstHeaderValue(headers[PRIORITY_HEADER]);
+}
+
 const DROP_REQUEST = new Set([
   "host",
   "connection",
@@ -23,7 +36,7 @@ const DROP_REQUEST = new Set([
   "expect",
   "authorization",
   "http2-settings",
-  "x-smg-priority",
+  PRIORITY_HEADER,
 ]);
 const DROP_RESPONSE = new Set(["connection", "keep-alive", "te", "transfer-encoding", "trailer", "upgrade"]);
 
@@ -64,7 +77,7 @@ export function requestHeadersForWorker(
     if (value !== undefined) out[name] = value;
   }
   if (workerAuthorization !== undefined) out.authorization = workerAuthorization;
-  if (priority !== undefined) out["x-smg-priority"] = priority;
+  if (priority !== undefined) out[PRIORITY_HEADER] = priority;
   return out;
 }
 

@@ -1,9 +1,11 @@
 /**
- * A lease owns one request from arrival to its one outcome. Whatever ends the request — completion,
- * a rejection, preemption, the client going away, a worker failure, a timeout — ends it through
- * `end`, which runs once: it writes the answer (or cuts the stream), gives back the worker and the
- * slot, settles the tenant's budgets and fair share, counts it, and emits the outcome record.
- * Exactly one release happens by construction.
+ * A lease owns what one request holds from arrival to its one outcome: its tenant, estimate and
+ * budget hold, its pool's ticket (its counts), the slot, the worker, the upstream exchange, and what
+ * the worker's answer told (usage, first byte, pace). Whatever ends the request — completion, a
+ * rejection, preemption, the client going away, a worker failure, a timeout — the lifecycle's settle
+ * stage ends it through `close`, which runs once: it writes the answer (or cuts the stream) and
+ * gives back the worker, the slot and the ticket's counts. Exactly one release happens by
+ * construction.
  */
 import type { IncomingMessage, ServerResponse } from "node:http";
 import type { BudgetBook, BudgetHold, Usage } from "@sluice/scheduler/core/budgets.js";
@@ -11,13 +13,14 @@ import { AdmissionError, BudgetRefusedError } from "@sluice/scheduler/core/error
 import type { CancelSignal } from "@sluice/scheduler/core/signal.js";
 import type { Logger } from "pino";
 import type { Dispatcher } from "undici";
+import { PoolTicket } from "../../accounting/pool-ticket.js";
 import { type CapacityFeedback, PACE_MIN_TAIL_TOKENS } from "../../capacity/adaptive.js";
 import {
   type AdmissionBackend,
   SharedStateUnavailableError,
   type Slot,
 } from "../../contracts/admission-backend.js";
-import type { ErrorCode } from "../../contracts/error-table.js";
+import { ERROR_TABLE, type ErrorCode } from "../../contracts/error-table.js";
 import { GatewayError, toGatewayError } from "../../contracts/gateway-error.js";
 import type {
   AdmissionPath,
@@ -34,6 +37,7 @@ import type { ModelPool } from "../fleet/model-pools.js";
 import { streamTokensPerEvent } from "../fleet/tokens-per-event.js";
 import type { Worker, WorkerPool } from "../fleet/workers.js";
 import { closeAfterAnswer } from "../http/client-guard.js";
+import { requestedPriority } from "../http/headers.js";
 import { sendError } from "../http/http-errors.js";
 import type { TenantActivity } from "../tenancy/tenant-activity.js";
 import { ANONYMOUS_TENANT } from "../tenancy/tenants.js";
@@ -63,41 +67,28 @@ export interface LeaseContext {
 }
 
 /** The tokens a served request is charged, and where they come from. */
-interface Charge {
+export interface Charge {
   usage: Usage;
   source: TokenSource;
 }
 
 /** How a request ended, as the lifecycle reports it to its lease. */
-type Ending = { answered: number } | { failed: unknown };
+export type Ending = { answered: number } | { failed: unknown };
+
+/** The answer a request ended with, as `close` wrote it. */
+export interface Closing {
+  readonly status: number;
+  /** The gateway's error code; undefined when the worker's answer went out. */
+  readonly code: ErrorCode | undefined;
+  readonly outcome: OutcomeKind;
+  /** Bytes of the answer had reached the client before the request ended. */
+  readonly bytesSent: boolean;
+}
+
+/** Monotonic time, for the ticket's queue waits. */
+const monotonicNow = (): number => performance.now();
 
 const CLIENT_GONE = new Error("the client went away");
-
-function outcomeOf(code: ErrorCode): OutcomeKind {
-  switch (code) {
-    case "scheduler_preempted":
-      return "preempted";
-    case "scheduler_client_cancelled":
-    case "admission_client_cancelled":
-      return "cancelled";
-    case "scheduler_queue_timeout":
-    case "admission_queue_timeout":
-    case "request_header_timeout":
-    case "request_body_timeout":
-    case "request_body_too_slow":
-    case "upstream_timeout":
-    case "worker_room_timeout":
-      return "timeout";
-    case "upstream_unavailable":
-    case "upstream_reset":
-    case "upstream_bad_response":
-    case "internal_error":
-    case "no_healthy_workers":
-      return "error";
-    default:
-      return "rejected";
-  }
-}
 
 /**
  * The lease is its own cancel signal (the core's CancelSignal: `aborted`, add/removeEventListener):
@@ -113,6 +104,8 @@ export class Lease implements ExchangeOwner, CancelSignal {
   hold: BudgetHold | undefined;
   /** The model pool the request was routed to (undefined until routed). */
   pool: ModelPool | undefined;
+  /** The request's counts in its pool (undefined until routed). */
+  ticket: PoolTicket | undefined;
   slot: Slot | undefined;
   worker: Worker | undefined;
   /** The request's spans when tracing is on; undefined when off (every hook is one `?.`). */
@@ -155,7 +148,8 @@ export class Lease implements ExchangeOwner, CancelSignal {
   private failExchange: ((error: Error) => void) | undefined;
 
   constructor(
-    private readonly ctx: LeaseContext,
+    /** What the gateway gave the request: the settle stage charges, counts and records through it. */
+    readonly ctx: LeaseContext,
     private readonly req: IncomingMessage,
     private readonly res: ServerResponse,
     /** The correlation id (`X-Request-Id`): the client's own when usable; echoed and stored. */
@@ -218,11 +212,18 @@ export class Lease implements ExchangeOwner, CancelSignal {
     this.exchange?.abort(error);
   };
 
+  /** The route stage chose the model pool: the request counts in it from now on. */
+  routed(pool: ModelPool): void {
+    this.pool = pool;
+    this.ticket = new PoolTicket(
+      { tenants: this.ctx.activity, feedback: pool.adaptive, shedding: pool.shedding, now: monotonicNow },
+      this.tenant,
+    );
+  }
+
   /** The admit stage got a slot: from now on the lease holds it. */
   admitted(slot: Slot): void {
     this.slot = slot;
-    this.ctx.activity.inflight(this.tenant, 1);
-    this.pool?.adaptive?.inflight(1);
     slot.onPreempt(this.onPreempted);
     this.spans?.admitted(slot.admission);
     this.answerHeaders.push(
@@ -407,25 +408,20 @@ export class Lease implements ExchangeOwner, CancelSignal {
     this.failExchange?.(error);
   }
 
-  // --- the one exit ----------------------------------------------------------------------------
+  // --- the one exit (the lifecycle's settle stage) ----------------------------------------------
 
-  /** The worker's answer went out in full, with this status. */
-  answered(status: number): void {
-    this.end({ answered: status });
-  }
-
-  /** The request failed at any stage. */
-  failed(error: unknown): void {
-    this.end({ failed: error });
-  }
-
-  private end(ending: Ending): void {
-    if (this.ended) return;
+  /**
+   * Ends the request, once: the worker's answer went out in full, or the failure's answer is
+   * written now (or the stream is cut, or nobody is left to answer); then the worker, the slot and
+   * the ticket's counts are given back. Undefined when the request had already ended.
+   */
+  close(ending: Ending): Closing | undefined {
+    if (this.ended) return undefined;
     this.ended = true;
     const { ctx, res } = this;
     res.off("close", this.onClose);
 
-    // 1. The answer.
+    // The answer.
     const bytesSent = res.headersSent;
     let status: number;
     let code: ErrorCode | undefined;
@@ -438,7 +434,7 @@ export class Lease implements ExchangeOwner, CancelSignal {
       const error = this.errorFor(ending.failed);
       status = error.status;
       code = error.code;
-      outcome = outcomeOf(code);
+      outcome = ERROR_TABLE[code].outcome;
       if (bytesSent || status === 499 || res.destroyed) {
         // The answer already started (the stream is cut), or nobody is left to answer.
         if (!res.destroyed) res.destroy();
@@ -448,59 +444,16 @@ export class Lease implements ExchangeOwner, CancelSignal {
       }
     }
 
-    // 2. Give back what the request holds.
+    // Give back what the request holds.
     if (this.worker !== undefined) ctx.workers.release(this.worker);
-    const slot = this.slot;
-    if (slot !== undefined) {
-      slot.release();
-      ctx.activity.inflight(this.tenant, -1);
-      this.pool?.adaptive?.inflight(-1);
-    }
+    this.slot?.release();
+    this.ticket?.ended();
+    return { status, code, outcome, bytesSent };
+  }
 
-    // 3. Settle: charge what was served, with the same numbers for budgets, cost and the record.
-    const usage = this.reader?.usage;
-    const workerAnswered = "answered" in ending;
-    // A worker error (4xx/5xx) without usage generated nothing; nor did a request never served.
-    const nothingServed = workerAnswered ? status >= 400 && usage === undefined : !bytesSent;
-    const charge = nothingServed ? undefined : this.charge(usage);
-    if (this.hold !== undefined) {
-      if (charge === undefined) ctx.budgets.refund(this.hold);
-      else ctx.budgets.settle(this.hold, charge.usage);
-    }
-    if (slot !== undefined) {
-      slot.settle(charge === undefined ? 0 : charge.usage.inputTokens + charge.usage.outputTokens);
-    }
-    const estimate = this.estimate;
-    if (charge !== undefined) {
-      ctx.metrics.countTenantTokens(this.tenant, charge.usage.inputTokens, charge.usage.outputTokens);
-      // An answer the model ended by itself teaches what requests without a limit produce.
-      if (
-        estimate !== undefined &&
-        this.generates &&
-        !estimate.outputLimited &&
-        charge.source !== "estimated" &&
-        workerAnswered &&
-        status < 400
-      ) {
-        ctx.outputLengths?.learn(this.tenant, estimate.model, charge.usage.outputTokens / estimate.choices);
-      }
-    }
-
-    // 4. Feed capacity and shedding, count and record.
-    const adaptive = this.pool?.adaptive;
-    if (adaptive !== undefined) this.feedCapacity(adaptive, status, code, outcome, usage);
-    const shedding = this.pool?.shedding;
-    if (shedding !== undefined && slot?.effectiveClass !== undefined && charge !== undefined) {
-      shedding.served(slot.effectiveClass, this.tenant, charge.usage.inputTokens + charge.usage.outputTokens);
-    }
-    ctx.metrics.countHttpStatus(status);
-    const sink = ctx.outcomes;
-    const spans = this.spans;
-    if (sink !== undefined || spans !== undefined) {
-      const record = this.record(status, code, outcome, charge);
-      sink?.record(record);
-      spans?.ended(record, this.pool?.name);
-    }
+  /** The usage the worker reported, once its answer has been read. */
+  get reportedUsage(): Usage | undefined {
+    return this.reader?.usage;
   }
 
   /**
@@ -508,7 +461,7 @@ export class Lease implements ExchangeOwner, CancelSignal {
    * token, or an overload signal (the worker's 429/503, an upstream timeout). Preempted, cancelled
    * and refused requests say nothing about the worker's speed.
    */
-  private feedCapacity(
+  feedCapacity(
     feedback: CapacityFeedback,
     status: number,
     code: ErrorCode | undefined,
@@ -588,7 +541,7 @@ export class Lease implements ExchangeOwner, CancelSignal {
    * generated answer: it produced at least one. A request that generates nothing (an embedding)
    * without usage is charged its prompt estimate.
    */
-  private charge(usage: Usage | undefined): Charge {
+  charge(usage: Usage | undefined): Charge {
     if (usage !== undefined) return { usage, source: "reported" };
     const inputTokens = this.estimate?.promptTokens ?? 0;
     const reader = this.reader;
@@ -638,7 +591,7 @@ export class Lease implements ExchangeOwner, CancelSignal {
     return error;
   }
 
-  private record(
+  record(
     status: number,
     code: ErrorCode | undefined,
     outcome: OutcomeKind,
@@ -648,9 +601,8 @@ export class Lease implements ExchangeOwner, CancelSignal {
     let requested = slot?.requestedClass;
     let effective = slot?.effectiveClass;
     if (slot === undefined) {
-      const priority = this.req.headers["x-smg-priority"];
       const classes = (this.pool?.admission ?? this.ctx.admission).classify(
-        Array.isArray(priority) ? priority[0] : priority,
+        requestedPriority(this.req.headers),
         this.tenant,
       );
       requested = classes?.requested;

@@ -1,7 +1,8 @@
 /**
  * The path of one request, top to bottom. Each stage is a function with typed input and output;
  * each either hands its result to the next or throws the error that ends the request. Whatever
- * happens, the request ends through its lease (lease.ts), exactly once.
+ * happens, the request ends in the settle stage, exactly once. What the request holds meanwhile
+ * is its lease's (lease.ts); its counts are its pool ticket's (accounting/pool-ticket.ts).
  *
  *   parse     request line and framing, then (after identify) the body and its fields
  *   identify  the tenant, from authentication
@@ -11,19 +12,19 @@
  *   admit     a slot from the admission backend (fast, or after queueing)
  *   dispatch  a worker with room
  *   stream    the exchange with the worker, held until its first byte
- *   settle    the lease ends: answer, release, charge, count, record
+ *   settle    the lease closes (answer, give back), then charge, feed, count, record
  *
  * Where each outcome is decided: the request checks (request-checks.ts), authentication
- * (tenants.ts), body fields (cost.ts), budgets (core/budgets.ts), shedding (capacity/load-shedding.ts),
- * admission (core/engine.ts or
- * core/legacy.ts), worker choice (workers.ts), the worker's answer (upstream.ts), and the answer's
- * shape (error-table.ts).
+ * (tenants.ts), body fields (cost.ts), budgets (core/budgets.ts), shedding (shedding/load-shedding.ts),
+ * admission (core/engine.ts or core/legacy.ts), worker choice (workers.ts), the worker's answer
+ * (upstream.ts), and the answer's shape and outcome kind (error-table.ts).
  */
 import type { IncomingMessage } from "node:http";
 import type { BudgetBook } from "@sluice/scheduler/core/budgets.js";
 import type { PriorityClass } from "@sluice/scheduler/core/class.js";
 import { AdmissionError } from "@sluice/scheduler/core/errors.js";
 import type { Logger } from "pino";
+import type { Slot } from "../../contracts/admission-backend.js";
 import { GatewayError } from "../../contracts/gateway-error.js";
 import type { CapacityMetrics } from "../../metrics/capacity.js";
 import type { SluiceMetrics } from "../../metrics/index.js";
@@ -33,13 +34,12 @@ import { type RetryReason, retryableFailure, retryableStatus, retryBackoffMs } f
 import type { ModelPool, ModelPools } from "../fleet/model-pools.js";
 import type { Worker, WorkerPool } from "../fleet/workers.js";
 import { readBody } from "../http/body.js";
-import { requestHeadersForWorker } from "../http/headers.js";
+import { firstHeaderValue, requestedPriority, requestHeadersForWorker } from "../http/headers.js";
 import { checkRequest } from "../http/request-checks.js";
-import type { TenantActivity } from "../tenancy/tenant-activity.js";
 import type { TenantResolver } from "../tenancy/tenants.js";
 import { estimateRequest, generatesOutput, type RequestEstimate } from "./cost.js";
 import { withDefaultModel } from "./default-model.js";
-import type { Lease } from "./lease.js";
+import type { Ending, Lease } from "./lease.js";
 import type { OutputLengths } from "./output-lengths.js";
 import { UpstreamStatusError, upstreamFailure } from "./upstream.js";
 import { withUsageRequested } from "./usage.js";
@@ -51,7 +51,6 @@ export interface LifecycleContext {
   readonly workers: WorkerPool;
   readonly budgets: BudgetBook;
   readonly metrics: SluiceMetrics;
-  readonly activity: TenantActivity;
   /** The tenant resolver in force (replaced on reload). */
   tenants(): TenantResolver;
   readonly maxPayloadSize: number;
@@ -77,13 +76,7 @@ export interface LifecycleContext {
   classFor(priority: string | undefined, tenant: string): PriorityClass;
 }
 
-const PRIORITY_HEADER = "x-smg-priority";
-
-function firstValue(value: string | string[] | undefined): string | undefined {
-  return Array.isArray(value) ? value[0] : value;
-}
-
-/** Runs one request through every stage; its lease ends it. */
+/** Runs one request through every stage; the settle stage ends it. */
 export async function runLifecycle(ctx: LifecycleContext, lease: Lease, req: IncomingMessage): Promise<void> {
   let exchanging = false;
   try {
@@ -96,9 +89,9 @@ export async function runLifecycle(ctx: LifecycleContext, lease: Lease, req: Inc
     // The tenant's own limits answer first (403 model_not_allowed before 404 model_not_found).
     policy(ctx, lease, estimate);
     const pool = route(ctx, estimate);
-    lease.pool = pool;
+    lease.routed(pool);
     const shedClass = shed(ctx, pool, lease, req);
-    await admit(ctx, pool, lease, req, estimate, shedClass);
+    await admit(pool, lease, req, estimate, shedClass);
     const waiting = dispatch(ctx, pool, lease, req, estimate);
     if (waiting !== undefined) await waiting;
     exchanging = true;
@@ -113,10 +106,10 @@ export async function runLifecycle(ctx: LifecycleContext, lease: Lease, req: Inc
     }
     exchanging = false;
     workerAnswered(ctx, lease.worker!, status);
-    lease.answered(status);
+    settle(lease, { answered: status });
   } catch (err) {
     if (exchanging) exchangeFailed(ctx, lease, err);
-    lease.failed(err);
+    settle(lease, { failed: err });
   }
 }
 
@@ -137,13 +130,6 @@ function parseBody(ctx: LifecycleContext, req: IncomingMessage, body: Buffer): R
 /** The tenant key, from authentication (401 when required and missing or wrong). */
 function identify(ctx: LifecycleContext, req: IncomingMessage): string {
   return ctx.tenants().resolve(req.headers);
-}
-
-// --- route -------------------------------------------------------------------------------------
-
-/** The model pool of the body's `model` (or `default_model`); the request never leaves it. */
-function route(ctx: LifecycleContext, estimate: RequestEstimate): ModelPool {
-  return ctx.pools.route(estimate.model);
 }
 
 // --- policy ------------------------------------------------------------------------------------
@@ -179,6 +165,13 @@ function outputReservation(ctx: LifecycleContext, tenant: string, estimate: Requ
   return Math.max(1, Math.min(Math.min(per.tokens, ceiling) * estimate.choices, ceiling));
 }
 
+// --- route -------------------------------------------------------------------------------------
+
+/** The model pool of the body's `model` (or `default_model`); the request never leaves it. */
+function route(ctx: LifecycleContext, estimate: RequestEstimate): ModelPool {
+  return ctx.pools.route(estimate.model);
+}
+
 // --- shed --------------------------------------------------------------------------------------
 
 /**
@@ -194,20 +187,17 @@ function shed(
 ): PriorityClass | undefined {
   const shedding = pool.shedding;
   if (shedding === undefined) return undefined;
-  const priority = req.headers[PRIORITY_HEADER];
-  const cls = pool.admission.classify(
-    Array.isArray(priority) ? priority[0] : priority,
-    lease.tenant,
-  )?.effective;
+  const cls = pool.admission.classify(requestedPriority(req.headers), lease.tenant)?.effective;
   if (cls === undefined) return undefined;
-  const header = shedding.sessionHeader === undefined ? undefined : req.headers[shedding.sessionHeader];
-  const verdict = shedding.check(cls, lease.tenant, Array.isArray(header) ? header[0] : header);
+  const session =
+    shedding.sessionHeader === undefined ? undefined : firstHeaderValue(req.headers[shedding.sessionHeader]);
+  const verdict = shedding.check(cls, lease.tenant, session);
   if (verdict.shed) {
     ctx.capacityMetrics.countShed(cls, verdict.reason);
     throw new GatewayError(
       "load_shed",
       verdict.reason === "keyed"
-        ? `the gateway is shedding load: this ${header === undefined ? "tenant" : "session"} is outside the admitted share for now`
+        ? `the gateway is shedding load: this ${session === undefined ? "tenant" : "session"} is outside the admitted share for now`
         : `the gateway is shedding load: ${cls} requests at this level would wait past the queue bound`,
       { retryAfterSecs: verdict.retryAfterSecs },
     );
@@ -219,24 +209,19 @@ function shed(
 
 /** A slot: at once, or after queueing (429 queue full, 408 timeout, 499 client gone). */
 async function admit(
-  ctx: LifecycleContext,
   pool: ModelPool,
   lease: Lease,
   req: IncomingMessage,
   estimate: RequestEstimate,
   shedClass: PriorityClass | undefined,
 ): Promise<void> {
-  const priority = req.headers[PRIORITY_HEADER];
-  const { shedding, adaptive: feedback } = pool;
-  ctx.activity.queued(lease.tenant, 1);
-  feedback?.queued(1);
-  if (shedClass !== undefined) shedding!.queue(shedClass, lease.tenant, 1);
-  const started = shedClass === undefined ? 0 : performance.now();
+  const ticket = lease.ticket!;
+  ticket.queued(shedClass);
   lease.spans?.queueStarted();
-  let admitted = false;
+  let slot: Slot;
   try {
-    const slot = await pool.admission.acquire({
-      priority: Array.isArray(priority) ? priority[0] : priority,
+    slot = await pool.admission.acquire({
+      priority: requestedPriority(req.headers),
       tenant: lease.tenant,
       cost: estimate.cost,
       signal: lease,
@@ -244,9 +229,8 @@ async function admit(
       requestId: lease.sluiceRequestId,
       hold: lease.hold,
     });
-    admitted = true;
-    lease.admitted(slot);
   } catch (err) {
+    ticket.notAdmitted();
     // Left the queue without a slot (408 after its queue timeout, 499 gone while queued): the time
     // it waited, as the admission backend measured it, is its row's queue_wait_ms.
     if (err instanceof AdmissionError && err.queueWaitMs !== undefined) lease.leftQueue(err.queueWaitMs);
@@ -259,14 +243,9 @@ async function admit(
       throw new GatewayError("no_healthy_workers", `no healthy worker serves pool ${pool.name} now`);
     }
     throw err;
-  } finally {
-    ctx.activity.queued(lease.tenant, -1);
-    feedback?.queued(-1);
-    if (shedClass !== undefined) {
-      shedding!.queue(shedClass, lease.tenant, -1);
-      shedding!.queueWait(shedClass, performance.now() - started, admitted);
-    }
   }
+  ticket.admitted();
+  lease.admitted(slot);
 }
 
 // --- dispatch ----------------------------------------------------------------------------------
@@ -323,7 +302,7 @@ function stream(
     headers: requestHeadersForWorker(
       req.headers,
       lease.worker!.authorization,
-      lease.slot?.effectiveClass ?? ctx.classFor(firstValue(req.headers[PRIORITY_HEADER]), lease.tenant),
+      lease.slot?.effectiveClass ?? ctx.classFor(requestedPriority(req.headers), lease.tenant),
     ),
     body: upstreamBody.body.length > 0 ? upstreamBody.body : null,
     // A retried attempt gets what is left of the request's deadline.
@@ -417,6 +396,61 @@ function sleepUnlessAborted(ms: number, lease: Lease): Promise<void> {
     const timer = setTimeout(done, ms);
     lease.addEventListener("abort", done);
   });
+}
+
+// --- settle ------------------------------------------------------------------------------------
+
+/**
+ * The request ends, once, whatever ended it: the lease answers and gives back what it holds
+ * (`close`); then what was served is charged, with the same numbers for budgets, fair share, tenant
+ * tokens and the record; adaptive capacity and shedding learn from it; it is counted and recorded.
+ */
+function settle(lease: Lease, ending: Ending): void {
+  const closed = lease.close(ending);
+  if (closed === undefined) return;
+  const { budgets, metrics, outputLengths, outcomes } = lease.ctx;
+  const { status, code, outcome } = closed;
+  const { tenant, hold, slot, estimate } = lease;
+
+  // Charge what was served. A worker error (4xx/5xx) without usage generated nothing; nor did a
+  // request never served.
+  const usage = lease.reportedUsage;
+  const workerAnswered = "answered" in ending;
+  const nothingServed = workerAnswered ? status >= 400 && usage === undefined : !closed.bytesSent;
+  const charge = nothingServed ? undefined : lease.charge(usage);
+  const tokens = charge === undefined ? 0 : charge.usage.inputTokens + charge.usage.outputTokens;
+  if (hold !== undefined) {
+    if (charge === undefined) budgets.refund(hold);
+    else budgets.settle(hold, charge.usage);
+  }
+  slot?.settle(tokens);
+  if (charge !== undefined) {
+    metrics.countTenantTokens(tenant, charge.usage.inputTokens, charge.usage.outputTokens);
+    // An answer the model ended by itself teaches what requests without a limit produce.
+    if (
+      estimate !== undefined &&
+      lease.generates &&
+      !estimate.outputLimited &&
+      charge.source !== "estimated" &&
+      workerAnswered &&
+      status < 400
+    ) {
+      outputLengths?.learn(tenant, estimate.model, charge.usage.outputTokens / estimate.choices);
+    }
+  }
+
+  // Feed capacity and shedding, count and record.
+  const adaptive = lease.pool?.adaptive;
+  if (adaptive !== undefined) lease.feedCapacity(adaptive, status, code, outcome, usage);
+  if (slot?.effectiveClass !== undefined && charge !== undefined)
+    lease.ticket?.served(slot.effectiveClass, tokens);
+  metrics.countHttpStatus(status);
+  const spans = lease.spans;
+  if (outcomes !== undefined || spans !== undefined) {
+    const record = lease.record(status, code, outcome, charge);
+    outcomes?.record(record);
+    spans?.ended(record, lease.pool?.name);
+  }
 }
 
 // --- the worker's circuit ------------------------------------------------------------------------

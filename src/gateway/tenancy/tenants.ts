@@ -8,6 +8,7 @@ import { hash } from "node:crypto";
 import type { IncomingHttpHeaders } from "node:http";
 import { ConfigError } from "@sluice/scheduler/core/errors.js";
 import { GatewayError } from "../../contracts/gateway-error.js";
+import { firstHeaderValue } from "../http/headers.js";
 import type { ApiKeySpec } from "../options.js";
 
 export const ANONYMOUS_TENANT = "anonymous";
@@ -57,8 +58,7 @@ export class TenantResolver {
       if (this.requireAuth) throw new GatewayError("invalid_api_key", "the API key is not valid");
     }
     if (this.trustedHeader !== undefined) {
-      const value = headers[this.trustedHeader];
-      const v = Array.isArray(value) ? value[0] : value;
+      const v = firstHeaderValue(headers[this.trustedHeader]);
       if (v !== undefined && v.trim() !== "") return `header:${v.trim()}`;
     }
     if (this.requireAuth) {
