@@ -9,7 +9,7 @@ import assert from "node:assert/strict";
 import { describe, test } from "node:test";
 import { StateKeys } from "../../src/admission/redis/keys.js";
 import { assertError, authFor, type Reply, smallSchedulerYaml, waitFor } from "../harness.js";
-import { harnessKeys, startFleet } from "./fleet.js";
+import { harnessKeys, startRedisFleet } from "./fleet.js";
 import { chat, redisOrSkip } from "./services.js";
 
 /** Each request: 3 prompt tokens ("hello there") + max_tokens 4 = an estimate of 7, and 7 used. */
@@ -18,7 +18,7 @@ const ESTIMATE = 7;
 async function fleet(t: import("node:test").TestContext, policy: Record<string, unknown>) {
   const url = await redisOrSkip(t);
   if (url === undefined) return undefined;
-  return startFleet(t, {
+  return startRedisFleet(t, {
     redisUrl: url,
     workers: [{ maxRunningRequests: 64, ttftMs: 2, tokenDelayMs: 1, batchSlowdown: 0 }],
     replicas: 3,

@@ -7,13 +7,13 @@
 import assert from "node:assert/strict";
 import { test } from "node:test";
 import { authFor, type Reply, smallSchedulerYaml, waitFor } from "../harness.js";
-import { harnessKeys, startFleet } from "./fleet.js";
+import { harnessKeys, startRedisFleet } from "./fleet.js";
 import { chat, leasesInRedis, queuedInRedis, redisOrSkip } from "./services.js";
 
 test("weighted fair shares hold across replicas (weights 3 : 1 -> 75% of admissions)", async (t) => {
   const url = await redisOrSkip(t);
   if (url === undefined) return;
-  const { replicas, prefix, redis } = await startFleet(t, {
+  const { replicas, prefix, redis } = await startRedisFleet(t, {
     redisUrl: url,
     workers: [{ maxRunningRequests: 2, ttftMs: 10, tokenDelayMs: 1, batchSlowdown: 0 }],
     replicas: 3,

@@ -11,7 +11,7 @@ import { type MockWorker, type MockWorkerOptions, startMockWorker } from "../../
 import { keyOf, writeTempFile } from "../harness.js";
 import { type Replica, redisClient, startReplica, stateArgs, statePrefix } from "./services.js";
 
-export interface FleetSpec {
+export interface RedisFleetSpec {
   /** The Redis the replicas share (from redisOrSkip, or a private redis-server's url). */
   readonly redisUrl: string;
   /** One mock worker for each. */
@@ -33,7 +33,7 @@ export interface FleetSpec {
   readonly admin?: boolean;
 }
 
-export interface Fleet {
+export interface RedisFleet {
   readonly redisUrl: string;
   readonly prefix: string;
   readonly workers: MockWorker[];
@@ -44,12 +44,12 @@ export interface Fleet {
   readonly redis: Redis;
 }
 
-/** Each tenant's key as the harness makes it (keyOf), for FleetSpec.apiKeys. */
+/** Each tenant's key as the harness makes it (keyOf), for RedisFleetSpec.apiKeys. */
 export function harnessKeys(...tenants: string[]): Record<string, string> {
   return Object.fromEntries(tenants.map((tenant) => [tenant, keyOf(tenant)]));
 }
 
-export async function startFleet(t: TestContext, spec: FleetSpec): Promise<Fleet> {
+export async function startRedisFleet(t: TestContext, spec: RedisFleetSpec): Promise<RedisFleet> {
   const workers = await Promise.all(spec.workers.map((options) => startMockWorker(options)));
   t.after(() => Promise.all(workers.map((w) => w.close())));
   const configFlags: string[] = [];

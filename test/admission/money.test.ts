@@ -15,7 +15,7 @@ import { StateKeys } from "../../src/admission/redis/keys.js";
 import type { MockWorkerOptions } from "../../src/mock-worker/index.js";
 import { PROMPT_TOKENS, smallSchedulerYaml, waitFor } from "../harness.js";
 import { rawPost, tally, unlimitedChat, usageTotal } from "../money.js";
-import { startFleet } from "./fleet.js";
+import { startRedisFleet } from "./fleet.js";
 import { redisOrSkip } from "./services.js";
 
 const KEY = { authorization: "Bearer sk-acme" };
@@ -28,7 +28,7 @@ async function twoReplicas(
 ) {
   const url = await redisOrSkip(t);
   if (url === undefined) return undefined;
-  const { ports, redis, prefix } = await startFleet(t, {
+  const { ports, redis, prefix } = await startRedisFleet(t, {
     redisUrl: url,
     workers: [{ maxRunningRequests: 128, ttftMs: 2, tokenDelayMs: 0, batchSlowdown: 0, ...options.worker }],
     replicas: 2,

@@ -18,7 +18,7 @@ import {
   smallSchedulerYaml,
   waitFor,
 } from "../harness.js";
-import { startFleet } from "./fleet.js";
+import { startRedisFleet } from "./fleet.js";
 import { chat, leasesInRedis, privateRedis, type Replica, redisClient, sampleInflight } from "./services.js";
 
 async function scrape(replica: Replica): Promise<ReturnType<typeof parseScrape>> {
@@ -51,7 +51,7 @@ async function setup(t: import("node:test").TestContext, failMode: string) {
     workers: ws,
     replicas,
     prefix,
-  } = await startFleet(t, {
+  } = await startRedisFleet(t, {
     redisUrl: redis.url,
     workers: [3, 3].map((c) => ({ maxRunningRequests: c, ttftMs: 5, tokenDelayMs: 1, batchSlowdown: 0 })),
     replicas: 3,

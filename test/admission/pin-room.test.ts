@@ -6,7 +6,7 @@
 import assert from "node:assert/strict";
 import { test } from "node:test";
 import { assertOk, smallSchedulerYaml, waitFor } from "../harness.js";
-import { startFleet } from "./fleet.js";
+import { startRedisFleet } from "./fleet.js";
 import { ADMIN_TOKEN, adminGet, chat, redisOrSkip } from "./services.js";
 
 test("Redis mode: a pin above the workers' reports lifts their room on every replica", async (t) => {
@@ -15,7 +15,7 @@ test("Redis mode: a pin above the workers' reports lifts their room on every rep
   const {
     workers: [worker],
     replicas: [a, b],
-  } = await startFleet(t, {
+  } = await startRedisFleet(t, {
     redisUrl: url,
     workers: [{ maxRunningRequests: 8, reportedCapacity: 1, ttftMs: 5, tokenDelayMs: 2, batchSlowdown: 0 }],
     replicas: 2,

@@ -7,7 +7,7 @@
 import assert from "node:assert/strict";
 import { describe, type TestContext, test } from "node:test";
 import { assertError, type Reply, type SchedulerYamlSpec, smallSchedulerYaml, waitFor } from "../harness.js";
-import { type FleetSpec, startFleet } from "./fleet.js";
+import { type RedisFleetSpec, startRedisFleet } from "./fleet.js";
 import { adminGet, chat, leasesInRedis, queuedInRedis, redisOrSkip, sampleInflight } from "./services.js";
 
 /** Interactive and system queue rather than preempt: every request is served, in priority order. */
@@ -21,9 +21,9 @@ function fleetOf(
   t: TestContext,
   url: string,
   shape: { capacities: number[]; replicas: number; classes?: SchedulerYamlSpec["classes"] },
-  more: Pick<FleetSpec, "stateFlags" | "admin"> = {},
+  more: Pick<RedisFleetSpec, "stateFlags" | "admin"> = {},
 ) {
-  return startFleet(t, {
+  return startRedisFleet(t, {
     redisUrl: url,
     workers: shape.capacities.map((c) => ({
       maxRunningRequests: c,

@@ -7,7 +7,7 @@
 import assert from "node:assert/strict";
 import { type TestContext, test } from "node:test";
 import { authFor, type Reply, type SchedulerYamlSpec, smallSchedulerYaml, waitFor } from "../harness.js";
-import { harnessKeys, startFleet } from "./fleet.js";
+import { harnessKeys, startRedisFleet } from "./fleet.js";
 import { chat, leasesInRedis, queuedInRedis, redisOrSkip } from "./services.js";
 
 /**
@@ -24,7 +24,7 @@ async function twoBacklogsOnOneSlot(
   first: { label: string; headers: Record<string, string>; n: number },
   second: { label: string; headers: Record<string, string>; n: number },
 ): Promise<string[]> {
-  const { replicas, prefix, redis } = await startFleet(t, {
+  const { replicas, prefix, redis } = await startRedisFleet(t, {
     redisUrl: url,
     workers: [{ maxRunningRequests: 1, ttftMs: 5, tokenDelayMs: 1, batchSlowdown: 0 }],
     replicas: 2,
