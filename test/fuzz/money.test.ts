@@ -31,8 +31,8 @@ import { sha256Hex } from "../../src/gateway/tenancy/tenants.js";
 import { startRedisFleet } from "../admission/fleet.js";
 import { redisOrSkip } from "../admission/services.js";
 import { PROMPT_TOKENS, schedulerDoc, startFleet, waitFor } from "../harness.js";
+import { charged, type RawResponse, rawPost } from "../helpers/money.js";
 import { pgRows, postgresSchema } from "../ledger/services.js";
-import { charged, type RawResponse, rawPost } from "../money.js";
 
 const RUNS = Number(process.env["SLUICE_FUZZ_MONEY_RUNS"] ?? 12);
 const SEED = process.env["SLUICE_FUZZ_SEED"]

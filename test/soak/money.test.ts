@@ -28,8 +28,8 @@ import { sha256Hex } from "../../src/gateway/tenancy/tenants.js";
 import { startRedisFleet } from "../admission/fleet.js";
 import { redisClient, redisOrSkip } from "../admission/services.js";
 import { PROMPT_TOKENS, schedulerDoc, startFleet, waitFor } from "../harness.js";
+import { rawPost } from "../helpers/money.js";
 import { duckRows, pgRows, postgresSchema, type Row, tempDir } from "../ledger/services.js";
-import { rawPost } from "../money.js";
 import { rawExchange } from "../security/raw.js";
 
 const SECS = Number(process.env["SLUICE_MONEY_SOAK_SECS"] ?? 10);
