@@ -7,20 +7,10 @@
  */
 import assert from "node:assert/strict";
 import { describe, test } from "node:test";
-import { stringify } from "yaml";
 import { StateKeys } from "../../src/admission/redis/keys.js";
-import { sha256Hex } from "../../src/gateway/tenancy/tenants.js";
-import { startMockWorker } from "../../src/mock-worker/index.js";
-import {
-  assertError,
-  authFor,
-  keyOf,
-  type Reply,
-  smallSchedulerYaml,
-  waitFor,
-  writeTempFile,
-} from "../harness.js";
-import { chat, redisClient, redisOrSkip, startReplicas, stateArgs, statePrefix } from "./services.js";
+import { assertError, authFor, type Reply, smallSchedulerYaml, waitFor } from "../harness.js";
+import { harnessKeys, startRedisFleet } from "./fleet.js";
+import { chat, redisOrSkip } from "./services.js";
 
 /** Each request: 3 prompt tokens ("hello there") + max_tokens 4 = an estimate of 7, and 7 used. */
 const ESTIMATE = 7;
@@ -28,35 +18,13 @@ const ESTIMATE = 7;
 async function fleet(t: import("node:test").TestContext, policy: Record<string, unknown>) {
   const url = await redisOrSkip(t);
   if (url === undefined) return undefined;
-  const worker = await startMockWorker({
-    maxRunningRequests: 64,
-    ttftMs: 2,
-    tokenDelayMs: 1,
-    batchSlowdown: 0,
+  return startRedisFleet(t, {
+    redisUrl: url,
+    workers: [{ maxRunningRequests: 64, ttftMs: 2, tokenDelayMs: 1, batchSlowdown: 0 }],
+    replicas: 3,
+    schedulerYaml: smallSchedulerYaml({ tenant_policies: { "auth:acme": policy } }),
+    apiKeys: harnessKeys("acme"),
   });
-  t.after(() => worker.close());
-  const priority = await writeTempFile(
-    t,
-    "priority.yaml",
-    smallSchedulerYaml({ tenant_policies: { "auth:acme": policy } }),
-  );
-  const config = await writeTempFile(
-    t,
-    "gateway.yaml",
-    stringify({ api_keys: [{ sha256: sha256Hex(keyOf("acme")), tenant: "acme" }] }),
-  );
-  const prefix = statePrefix(t);
-  const replicas = await startReplicas(t, 3, [
-    "--config",
-    config,
-    "--worker-urls",
-    worker.url,
-    "--priority-scheduler-enabled",
-    "--priority-scheduler-config",
-    priority,
-    ...stateArgs(url, prefix),
-  ]);
-  return { url, prefix, replicas };
 }
 
 function tally(replies: Array<Reply | Error>): Map<string, Reply[]> {
@@ -121,7 +89,7 @@ describe("shared budgets", () => {
   test("requests reusing one request id are each charged, on any replica", async (t) => {
     const f = await fleet(t, { budget_tokens: 1000 });
     if (f === undefined) return;
-    const redis = redisClient(t, f.url);
+    const redis = f.redis;
     const account = new StateKeys(f.prefix).budget("auth:acme");
     const used = async () => Number((await redis.hget(account, "ut")) ?? 0);
     const first = await chat(f.replicas[0]!, { ...authFor("acme"), "x-request-id": "retry-me-1" });

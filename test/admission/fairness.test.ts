@@ -6,60 +6,22 @@
  */
 import assert from "node:assert/strict";
 import { test } from "node:test";
-import { stringify } from "yaml";
-import { sha256Hex } from "../../src/gateway/tenancy/tenants.js";
-import { startMockWorker } from "../../src/mock-worker/index.js";
-import { authFor, keyOf, type Reply, smallSchedulerYaml, waitFor, writeTempFile } from "../harness.js";
-import {
-  chat,
-  leasesInRedis,
-  queuedInRedis,
-  redisClient,
-  redisOrSkip,
-  startReplicas,
-  stateArgs,
-  statePrefix,
-} from "./services.js";
+import { authFor, type Reply, smallSchedulerYaml, waitFor } from "../harness.js";
+import { harnessKeys, startRedisFleet } from "./fleet.js";
+import { chat, leasesInRedis, queuedInRedis, redisOrSkip } from "./services.js";
 
 test("weighted fair shares hold across replicas (weights 3 : 1 -> 75% of admissions)", async (t) => {
   const url = await redisOrSkip(t);
   if (url === undefined) return;
-  const worker = await startMockWorker({
-    maxRunningRequests: 2,
-    ttftMs: 10,
-    tokenDelayMs: 1,
-    batchSlowdown: 0,
-  });
-  t.after(() => worker.close());
-  const priority = await writeTempFile(
-    t,
-    "priority.yaml",
-    smallSchedulerYaml({
+  const { replicas, prefix, redis } = await startRedisFleet(t, {
+    redisUrl: url,
+    workers: [{ maxRunningRequests: 2, ttftMs: 10, tokenDelayMs: 1, batchSlowdown: 0 }],
+    replicas: 3,
+    schedulerYaml: smallSchedulerYaml({
       tenant_policies: { "auth:heavy": { weight: 3 }, "auth:light": { weight: 1 }, "auth:holder": {} },
     }),
-  );
-  const config = await writeTempFile(
-    t,
-    "gateway.yaml",
-    stringify({
-      api_keys: ["heavy", "light", "holder"].map((name) => ({
-        sha256: sha256Hex(keyOf(name)),
-        tenant: name,
-      })),
-    }),
-  );
-  const prefix = statePrefix(t);
-  const replicas = await startReplicas(t, 3, [
-    "--config",
-    config,
-    "--worker-urls",
-    worker.url,
-    "--priority-scheduler-enabled",
-    "--priority-scheduler-config",
-    priority,
-    ...stateArgs(url, prefix),
-  ]);
-  const redis = redisClient(t, url);
+    apiKeys: harnessKeys("heavy", "light", "holder"),
+  });
   // Both slots held while the two tenants' backlogs build up, each spread over two replicas.
   const held = [0, 1].map(() => chat(replicas[0]!, { ...authFor("holder"), "x-mock-ttft-ms": "1500" }));
   await waitFor(async () => (await leasesInRedis(redis, prefix)) === 2, "both slots held");

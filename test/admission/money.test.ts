@@ -11,13 +11,12 @@
  */
 import assert from "node:assert/strict";
 import { describe, type TestContext, test } from "node:test";
-import { stringify } from "yaml";
 import { StateKeys } from "../../src/admission/redis/keys.js";
-import { sha256Hex } from "../../src/gateway/tenancy/tenants.js";
-import { startMockWorker } from "../../src/mock-worker/index.js";
-import { PROMPT_TOKENS, smallSchedulerYaml, waitFor, writeTempFile } from "../harness.js";
-import { rawPost, tally, unlimitedChat, usageTotal } from "../money.js";
-import { redisClient, redisOrSkip, startReplicas, stateArgs, statePrefix } from "./services.js";
+import type { MockWorkerOptions } from "../../src/mock-worker/index.js";
+import { PROMPT_TOKENS, smallSchedulerYaml, waitFor } from "../harness.js";
+import { rawPost, tally, unlimitedChat, usageTotal } from "../helpers/money.js";
+import { startRedisFleet } from "./fleet.js";
+import { redisOrSkip } from "./services.js";
 
 const KEY = { authorization: "Bearer sk-acme" };
 const ESTIMATE = PROMPT_TOKENS + 4;
@@ -25,42 +24,18 @@ const ESTIMATE = PROMPT_TOKENS + 4;
 async function twoReplicas(
   t: TestContext,
   policy: Record<string, unknown>,
-  options: { worker?: Record<string, unknown>; extra?: string[] } = {},
+  options: { worker?: Partial<MockWorkerOptions>; extra?: string[] } = {},
 ) {
   const url = await redisOrSkip(t);
   if (url === undefined) return undefined;
-  const worker = await startMockWorker({
-    maxRunningRequests: 128,
-    ttftMs: 2,
-    tokenDelayMs: 0,
-    batchSlowdown: 0,
-    ...options.worker,
+  const { ports, redis, prefix } = await startRedisFleet(t, {
+    redisUrl: url,
+    workers: [{ maxRunningRequests: 128, ttftMs: 2, tokenDelayMs: 0, batchSlowdown: 0, ...options.worker }],
+    replicas: 2,
+    schedulerYaml: smallSchedulerYaml({ tenant_policies: { "auth:acme": policy } }),
+    apiKeys: { acme: "sk-acme" },
+    flags: options.extra,
   });
-  t.after(() => worker.close());
-  const priority = await writeTempFile(
-    t,
-    "priority.yaml",
-    smallSchedulerYaml({ tenant_policies: { "auth:acme": policy } }),
-  );
-  const config = await writeTempFile(
-    t,
-    "gateway.yaml",
-    stringify({ api_keys: [{ sha256: sha256Hex("sk-acme"), tenant: "acme" }] }),
-  );
-  const prefix = statePrefix(t);
-  const replicas = await startReplicas(t, 2, [
-    "--config",
-    config,
-    "--worker-urls",
-    worker.url,
-    "--priority-scheduler-enabled",
-    "--priority-scheduler-config",
-    priority,
-    ...stateArgs(url, prefix),
-    ...(options.extra ?? []),
-  ]);
-  const ports = replicas.map((r) => Number(new URL(r.url).port));
-  const redis = redisClient(t, url);
   const account = new StateKeys(prefix).budget("auth:acme");
   const used = async () => Number((await redis.hget(account, "ut")) ?? 0);
   return { ports, redis, used, prefix };

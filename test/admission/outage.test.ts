@@ -9,7 +9,6 @@
  */
 import assert from "node:assert/strict";
 import { describe, test } from "node:test";
-import { type MockWorker, startMockWorker } from "../../src/mock-worker/index.js";
 import {
   assertError,
   metric,
@@ -18,19 +17,9 @@ import {
   sendTo,
   smallSchedulerYaml,
   waitFor,
-  writeTempFile,
 } from "../harness.js";
-import {
-  chat,
-  leasesInRedis,
-  privateRedis,
-  type Replica,
-  redisClient,
-  sampleInflight,
-  startReplicas,
-  stateArgs,
-  statePrefix,
-} from "./services.js";
+import { startRedisFleet } from "./fleet.js";
+import { chat, leasesInRedis, privateRedis, type Replica, redisClient, sampleInflight } from "./services.js";
 
 async function scrape(replica: Replica): Promise<ReturnType<typeof parseScrape>> {
   const reply = await sendTo(replica.url, "/metrics");
@@ -58,26 +47,19 @@ function load(replicas: Replica[], clients: number): { stop(): Promise<Array<Rep
 async function setup(t: import("node:test").TestContext, failMode: string) {
   const redis = await privateRedis(t);
   if (redis === undefined) return undefined;
-  const ws: MockWorker[] = await Promise.all(
-    [3, 3].map((c) =>
-      startMockWorker({ maxRunningRequests: c, ttftMs: 5, tokenDelayMs: 1, batchSlowdown: 0 }),
-    ),
-  );
-  t.after(() => Promise.all(ws.map((w) => w.close())));
-  const yaml = await writeTempFile(
-    t,
-    "priority.yaml",
-    smallSchedulerYaml({ classes: { system: { can_preempt: false }, interactive: { can_preempt: false } } }),
-  );
-  const prefix = statePrefix(t, redis.url);
-  const replicas = await startReplicas(t, 3, [
-    "--worker-urls",
-    ...ws.map((w) => w.url),
-    "--priority-scheduler-enabled",
-    "--priority-scheduler-config",
-    yaml,
-    ...stateArgs(redis.url, prefix, ["--state-fail-mode", failMode, "--lease-ttl-secs", "2"]),
-  ]);
+  const {
+    workers: ws,
+    replicas,
+    prefix,
+  } = await startRedisFleet(t, {
+    redisUrl: redis.url,
+    workers: [3, 3].map((c) => ({ maxRunningRequests: c, ttftMs: 5, tokenDelayMs: 1, batchSlowdown: 0 })),
+    replicas: 3,
+    schedulerYaml: smallSchedulerYaml({
+      classes: { system: { can_preempt: false }, interactive: { can_preempt: false } },
+    }),
+    stateFlags: ["--state-fail-mode", failMode, "--lease-ttl-secs", "2"],
+  });
   return { redis, ws, replicas, prefix };
 }
 

@@ -5,41 +5,24 @@
  */
 import assert from "node:assert/strict";
 import { test } from "node:test";
-import { startMockWorker } from "../../src/mock-worker/index.js";
-import { assertOk, smallSchedulerYaml, waitFor, writeTempFile } from "../harness.js";
-import {
-  ADMIN_TOKEN,
-  adminGet,
-  chat,
-  redisOrSkip,
-  startReplicas,
-  stateArgs,
-  statePrefix,
-} from "./services.js";
+import { assertOk, smallSchedulerYaml, waitFor } from "../harness.js";
+import { startRedisFleet } from "./fleet.js";
+import { ADMIN_TOKEN, adminGet, chat, redisOrSkip } from "./services.js";
 
 test("Redis mode: a pin above the workers' reports lifts their room on every replica", async (t) => {
   const url = await redisOrSkip(t);
   if (url === undefined) return;
-  const worker = await startMockWorker({
-    maxRunningRequests: 8,
-    reportedCapacity: 1,
-    ttftMs: 5,
-    tokenDelayMs: 2,
-    batchSlowdown: 0,
+  const {
+    workers: [worker],
+    replicas: [a, b],
+  } = await startRedisFleet(t, {
+    redisUrl: url,
+    workers: [{ maxRunningRequests: 8, reportedCapacity: 1, ttftMs: 5, tokenDelayMs: 2, batchSlowdown: 0 }],
+    replicas: 2,
+    schedulerYaml: smallSchedulerYaml(),
+    defaultMaxClass: "system",
+    admin: true,
   });
-  t.after(() => worker.close());
-  const yaml = await writeTempFile(t, "priority.yaml", smallSchedulerYaml());
-  const args = [
-    "--worker-urls",
-    worker.url,
-    "--priority-scheduler-enabled",
-    "--priority-scheduler-default-max-class",
-    "system",
-    "--priority-scheduler-config",
-    yaml,
-    ...stateArgs(url, statePrefix(t)),
-  ];
-  const [a, b] = await startReplicas(t, 2, args, true);
   const pin = await fetch(`${a!.adminUrl}/api/v1/capacity`, {
     method: "PUT",
     headers: { authorization: `Bearer ${ADMIN_TOKEN}`, "content-type": "application/json" },
@@ -49,7 +32,7 @@ test("Redis mode: a pin above the workers' reports lifts their room on every rep
   await waitFor(async () => (await adminGet(b!, "/api/v1/status")).capacity === 4, "B sees the pin");
   const started = performance.now();
   const replies = Promise.all([0, 1, 2, 3].map(() => chat(b!, { "x-mock-ttft-ms": "800" })));
-  await waitFor(() => worker.stats().open === 4, "all four open at the worker", { timeoutMs: 2000 });
+  await waitFor(() => worker!.stats().open === 4, "all four open at the worker", { timeoutMs: 2000 });
   for (const r of await replies) assertOk(r);
   assert.ok(performance.now() - started < 3000, "in one service time, not after a 5 s wait");
 });

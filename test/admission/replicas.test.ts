@@ -5,58 +5,37 @@
  * capacity pinned through one replica's admin API applies to all of them.
  */
 import assert from "node:assert/strict";
-import { describe, test } from "node:test";
-import { type MockWorker, startMockWorker } from "../../src/mock-worker/index.js";
-import {
-  assertError,
-  type Reply,
-  type SchedulerYamlSpec,
-  smallSchedulerYaml,
-  waitFor,
-  writeTempFile,
-} from "../harness.js";
-import {
-  adminGet,
-  chat,
-  leasesInRedis,
-  queuedInRedis,
-  redisClient,
-  redisOrSkip,
-  sampleInflight,
-  startReplica,
-  startReplicas,
-  stateArgs,
-  statePrefix,
-} from "./services.js";
+import { describe, type TestContext, test } from "node:test";
+import { assertError, type Reply, type SchedulerYamlSpec, smallSchedulerYaml, waitFor } from "../harness.js";
+import { type RedisFleetSpec, startRedisFleet } from "./fleet.js";
+import { adminGet, chat, leasesInRedis, queuedInRedis, redisOrSkip, sampleInflight } from "./services.js";
 
-async function workers(t: import("node:test").TestContext, capacities: number[]): Promise<MockWorker[]> {
-  const list = await Promise.all(
-    capacities.map((c) =>
-      startMockWorker({ maxRunningRequests: c, ttftMs: 5, tokenDelayMs: 2, batchSlowdown: 0 }),
-    ),
-  );
-  t.after(() => Promise.all(list.map((w) => w.close())));
-  return list;
-}
+/** Interactive and system queue rather than preempt: every request is served, in priority order. */
+const NO_PREEMPTION: SchedulerYamlSpec["classes"] = {
+  system: { can_preempt: false },
+  interactive: { can_preempt: false },
+};
 
-async function schedulerArgs(
-  t: import("node:test").TestContext,
-  ws: MockWorker[],
-  preempting = true,
-): Promise<string[]> {
-  const classes: SchedulerYamlSpec["classes"] = preempting
-    ? {}
-    : { system: { can_preempt: false }, interactive: { can_preempt: false } };
-  const yaml = await writeTempFile(t, "priority.yaml", smallSchedulerYaml({ classes }));
-  return [
-    "--worker-urls",
-    ...ws.map((w) => w.url),
-    "--priority-scheduler-enabled",
-    "--priority-scheduler-default-max-class",
-    "system",
-    "--priority-scheduler-config",
-    yaml,
-  ];
+/** Replicas over one Redis in front of workers of these capacities; a client may ask for system. */
+function fleetOf(
+  t: TestContext,
+  url: string,
+  shape: { capacities: number[]; replicas: number; classes?: SchedulerYamlSpec["classes"] },
+  more: Pick<RedisFleetSpec, "stateFlags" | "admin"> = {},
+) {
+  return startRedisFleet(t, {
+    redisUrl: url,
+    workers: shape.capacities.map((c) => ({
+      maxRunningRequests: c,
+      ttftMs: 5,
+      tokenDelayMs: 2,
+      batchSlowdown: 0,
+    })),
+    replicas: shape.replicas,
+    schedulerYaml: smallSchedulerYaml({ classes: shape.classes ?? {} }),
+    defaultMaxClass: "system",
+    ...more,
+  });
 }
 
 function ok(reply: Reply | Error): Reply {
@@ -69,10 +48,13 @@ describe("replicas over one Redis", () => {
   test("sampled global in-flight never exceeds the fleet's capacity", async (t) => {
     const url = await redisOrSkip(t);
     if (url === undefined) return;
-    const ws = await workers(t, [3, 3]);
     // No preemption here: every request must be served (preemption has its own test).
-    const args = [...(await schedulerArgs(t, ws, false)), ...stateArgs(url, statePrefix(t))];
-    const replicas = await startReplicas(t, 3, args);
+    const {
+      workers: ws,
+      replicas,
+      prefix,
+      redis,
+    } = await fleetOf(t, url, { capacities: [3, 3], replicas: 3, classes: NO_PREEMPTION });
     const sampler = sampleInflight(ws);
     const replies = await Promise.all(
       Array.from({ length: 90 }, (_, i) =>
@@ -87,23 +69,19 @@ describe("replicas over one Redis", () => {
     assert.ok(max <= 6, `at most 6 requests open at the workers at once, saw ${max}`);
     // The load was enough to fill the fleet: the bound was tested, not idle.
     assert.ok(max >= 5, `the load filled the fleet (saw ${max})`);
-    const redis = redisClient(t, url);
-    assert.equal(
-      await leasesInRedis(redis, args[args.indexOf("--state-key-prefix") + 1]!),
-      0,
-      "no lease left",
-    );
+    assert.equal(await leasesInRedis(redis, prefix), 0, "no lease left");
   });
 
   test("priority holds across replicas: an interactive request on C passes bulk queued earlier on B", async (t) => {
     const url = await redisOrSkip(t);
     if (url === undefined) return;
-    const ws = await workers(t, [2]);
-    const prefix = statePrefix(t);
     // Interactive queues rather than preempting, so the order of admission is what is tested.
-    const args = [...(await schedulerArgs(t, ws, false)), ...stateArgs(url, prefix)];
-    const [a, b, c] = await startReplicas(t, 3, args);
-    const redis = redisClient(t, url);
+    const {
+      workers: ws,
+      replicas: [a, b, c],
+      prefix,
+      redis,
+    } = await fleetOf(t, url, { capacities: [2], replicas: 3, classes: NO_PREEMPTION });
     // A holds both slots for a while (bulk, before the first byte).
     const held = [0, 1].map((i) =>
       chat(a!, { "x-smg-priority": "bulk", "x-mock-ttft-ms": "800", "x-request-id": `held-${i}` }),
@@ -137,15 +115,17 @@ describe("replicas over one Redis", () => {
   test("a replica killed with SIGKILL gives its slots back within the lease TTL", async (t) => {
     const url = await redisOrSkip(t);
     if (url === undefined) return;
-    const ws = await workers(t, [2]);
-    const prefix = statePrefix(t);
     const ttlSecs = 2;
-    const args = [
-      ...(await schedulerArgs(t, ws)),
-      ...stateArgs(url, prefix, ["--lease-ttl-secs", String(ttlSecs)]),
-    ];
-    const [a, b] = await startReplicas(t, 2, args);
-    const redis = redisClient(t, url);
+    const {
+      replicas: [a, b],
+      prefix,
+      redis,
+    } = await fleetOf(
+      t,
+      url,
+      { capacities: [2], replicas: 2 },
+      { stateFlags: ["--lease-ttl-secs", String(ttlSecs)] },
+    );
     const held = [0, 1].map(() => chat(a!, { "x-mock-ttft-ms": "60000" }));
     await waitFor(async () => (await leasesInRedis(redis, prefix)) === 2, "A holds both slots");
     const waiting = chat(b!);
@@ -165,11 +145,12 @@ describe("replicas over one Redis", () => {
   test("preemption works across replicas: system on B takes the slot of bulk on A before its first byte", async (t) => {
     const url = await redisOrSkip(t);
     if (url === undefined) return;
-    const ws = await workers(t, [1]);
-    const prefix = statePrefix(t);
-    const args = [...(await schedulerArgs(t, ws)), ...stateArgs(url, prefix)];
-    const [a, b] = await startReplicas(t, 2, args);
-    const redis = redisClient(t, url);
+    const {
+      workers: ws,
+      replicas: [a, b],
+      prefix,
+      redis,
+    } = await fleetOf(t, url, { capacities: [1], replicas: 2 });
     const victim = chat(a!, { "x-smg-priority": "bulk", "x-mock-ttft-ms": "30000" });
     await waitFor(async () => (await leasesInRedis(redis, prefix)) === 1, "A's bulk request holds the slot");
     const system = ok(await chat(b!, { "x-smg-priority": "system" }));
@@ -191,27 +172,15 @@ describe("replicas over one Redis", () => {
   test("across replicas a waiter preempts only at its wait target: a slot freed before it saves the victim", async (t) => {
     const url = await redisOrSkip(t);
     if (url === undefined) return;
-    const ws = await workers(t, [1]);
-    const prefix = statePrefix(t);
-    const yaml = await writeTempFile(
-      t,
-      "priority.yaml",
-      smallSchedulerYaml({
-        classes: { system: { preempt_after_secs: 1 }, interactive: { can_preempt: false } },
-      }),
-    );
-    const args = [
-      "--worker-urls",
-      ws[0]!.url,
-      "--priority-scheduler-enabled",
-      "--priority-scheduler-default-max-class",
-      "system",
-      "--priority-scheduler-config",
-      yaml,
-      ...stateArgs(url, prefix),
-    ];
-    const [a, b] = await startReplicas(t, 2, args);
-    const redis = redisClient(t, url);
+    const {
+      replicas: [a, b],
+      prefix,
+      redis,
+    } = await fleetOf(t, url, {
+      capacities: [1],
+      replicas: 2,
+      classes: { system: { preempt_after_secs: 1 }, interactive: { can_preempt: false } },
+    });
     // A's bulk request answers after 300 ms, inside B's system request's 1 s target: no preemption.
     const quick = chat(a!, { "x-smg-priority": "bulk", "x-mock-ttft-ms": "300" });
     await waitFor(async () => (await leasesInRedis(redis, prefix)) === 1, "A's bulk request holds the slot");
@@ -233,10 +202,13 @@ describe("replicas over one Redis", () => {
   test("a capacity pinned through one replica's admin API applies to all; the status lists replicas and leases", async (t) => {
     const url = await redisOrSkip(t);
     if (url === undefined) return;
-    const ws = await workers(t, [4]);
-    const prefix = statePrefix(t);
-    const args = [...(await schedulerArgs(t, ws)), ...stateArgs(url, prefix)];
-    const [a, b] = await Promise.all([startReplica(t, args, true), startReplica(t, args, true)]);
+    const { workers: ws, replicas } = await fleetOf(
+      t,
+      url,
+      { capacities: [4], replicas: 2 },
+      { admin: true },
+    );
+    const [a, b] = [replicas[0]!, replicas[1]!];
     const pin = await fetch(`${a.adminUrl}/api/v1/capacity`, {
       method: "PUT",
       headers: { authorization: "Bearer state-test-admin-token", "content-type": "application/json" },

@@ -1,7 +1,7 @@
 /**
  * The shared-state tests' real parts: Redis (REDIS_URL, default redis://127.0.0.1:6379) with a key
  * prefix of each test's own, removed afterwards; a private `redis-server` on a port of its own for
- * the tests that stop and restart Redis; `sluice` replicas as child processes (test/cli-process.ts)
+ * the tests that stop and restart Redis; `sluice` replicas as child processes (test/helpers/cli-process.ts)
  * over counting workers (mock workers in this process, sampled for what they run).
  *
  * A test that needs Redis skips with the reason when it is unreachable, unless
@@ -13,8 +13,8 @@ import type { TestContext } from "node:test";
 import { Redis } from "ioredis";
 import { StateKeys } from "../../src/admission/redis/keys.js";
 import type { MockWorker } from "../../src/mock-worker/index.js";
-import { exited, listeningPort, startCli } from "../cli-process.js";
 import { closedPort, type Reply, sendTo, waitFor } from "../harness.js";
+import { exited, listeningPort, startCli } from "../helpers/cli-process.js";
 
 export const REDIS_URL = process.env.REDIS_URL ?? "redis://127.0.0.1:6379";
 

@@ -6,28 +6,9 @@
  */
 import assert from "node:assert/strict";
 import { type TestContext, test } from "node:test";
-import { stringify } from "yaml";
-import { sha256Hex } from "../../src/gateway/tenancy/tenants.js";
-import { startMockWorker } from "../../src/mock-worker/index.js";
-import {
-  authFor,
-  keyOf,
-  type Reply,
-  type SchedulerYamlSpec,
-  smallSchedulerYaml,
-  waitFor,
-  writeTempFile,
-} from "../harness.js";
-import {
-  chat,
-  leasesInRedis,
-  queuedInRedis,
-  redisClient,
-  redisOrSkip,
-  startReplicas,
-  stateArgs,
-  statePrefix,
-} from "./services.js";
+import { authFor, type Reply, type SchedulerYamlSpec, smallSchedulerYaml, waitFor } from "../harness.js";
+import { harnessKeys, startRedisFleet } from "./fleet.js";
+import { chat, leasesInRedis, queuedInRedis, redisOrSkip } from "./services.js";
 
 /**
  * Two replicas over one Redis in front of a worker of one slot, held by a system request for
@@ -43,33 +24,14 @@ async function twoBacklogsOnOneSlot(
   first: { label: string; headers: Record<string, string>; n: number },
   second: { label: string; headers: Record<string, string>; n: number },
 ): Promise<string[]> {
-  const worker = await startMockWorker({
-    maxRunningRequests: 1,
-    ttftMs: 5,
-    tokenDelayMs: 1,
-    batchSlowdown: 0,
+  const { replicas, prefix, redis } = await startRedisFleet(t, {
+    redisUrl: url,
+    workers: [{ maxRunningRequests: 1, ttftMs: 5, tokenDelayMs: 1, batchSlowdown: 0 }],
+    replicas: 2,
+    schedulerYaml: smallSchedulerYaml(scheduler),
+    apiKeys: harnessKeys(...apiKeys),
+    defaultMaxClass: "system",
   });
-  t.after(() => worker.close());
-  const priority = await writeTempFile(t, "priority.yaml", smallSchedulerYaml(scheduler));
-  const config = await writeTempFile(
-    t,
-    "gateway.yaml",
-    stringify({ api_keys: apiKeys.map((name) => ({ sha256: sha256Hex(keyOf(name)), tenant: name })) }),
-  );
-  const prefix = statePrefix(t);
-  const replicas = await startReplicas(t, 2, [
-    "--config",
-    config,
-    "--worker-urls",
-    worker.url,
-    "--priority-scheduler-enabled",
-    "--priority-scheduler-default-max-class",
-    "system",
-    "--priority-scheduler-config",
-    priority,
-    ...stateArgs(url, prefix),
-  ]);
-  const redis = redisClient(t, url);
   const held = chat(replicas[0]!, { "x-smg-priority": "system", "x-mock-ttft-ms": "1500" });
   await waitFor(async () => (await leasesInRedis(redis, prefix)) === 1, "the one slot held");
   const order: string[] = [];

@@ -10,7 +10,7 @@ import { describe, test } from "node:test";
 import { DEMO_WORKERS } from "../../src/cli/demo.js";
 import { buildCommand } from "../../src/cli/flags.js";
 import { mockWorkerCommand } from "../../src/mock-worker/cli.js";
-import { runCli } from "../cli-process.js";
+import { runCli } from "../helpers/cli-process.js";
 
 const SUBCOMMANDS = ["demo", "mock-worker", "simulate", "report", "ledger"];
 /** A child's time limit: starting tsx takes seconds on a loaded machine. */

@@ -10,7 +10,7 @@ import { mkdtemp, rm } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { test } from "node:test";
-import { exited, REPO_ROOT, runCli } from "../cli-process.js";
+import { exited, REPO_ROOT, runCli } from "../helpers/cli-process.js";
 import { duckRows } from "../ledger/services.js";
 
 test("sluice demo: dashboard URL and token, a table per second, the report from its ledger", async (t) => {

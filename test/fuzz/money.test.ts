@@ -28,11 +28,11 @@ import { stringify } from "yaml";
 import { StateKeys } from "../../src/admission/redis/keys.js";
 import type { OutcomeRecord } from "../../src/contracts/outcome.js";
 import { sha256Hex } from "../../src/gateway/tenancy/tenants.js";
-import { startMockWorker } from "../../src/mock-worker/index.js";
-import { redisClient, redisOrSkip, startReplica, stateArgs, statePrefix } from "../admission/services.js";
-import { PROMPT_TOKENS, schedulerDoc, startFleet, waitFor, writeTempFile } from "../harness.js";
+import { startRedisFleet } from "../admission/fleet.js";
+import { redisOrSkip } from "../admission/services.js";
+import { PROMPT_TOKENS, schedulerDoc, startFleet, waitFor } from "../harness.js";
+import { charged, type RawResponse, rawPost } from "../helpers/money.js";
 import { pgRows, postgresSchema } from "../ledger/services.js";
-import { charged, type RawResponse, rawPost } from "../money.js";
 
 const RUNS = Number(process.env["SLUICE_FUZZ_MONEY_RUNS"] ?? 12);
 const SEED = process.env["SLUICE_FUZZ_SEED"]
@@ -266,62 +266,27 @@ describe("fuzz: money in Redis mode, two replicas, a shared PostgreSQL ledger", 
     if (url === undefined) return;
     const ledgerUrl = await postgresSchema(t);
     if (ledgerUrl === undefined) return;
-    const usage = await startMockWorker({
-      maxRunningRequests: 64,
-      ttftMs: 1,
-      tokenDelayMs: 0,
-      batchSlowdown: 0,
-      servedModels: MODELS,
-    });
-    const silent = await startMockWorker({
-      maxRunningRequests: 64,
-      ttftMs: 1,
-      tokenDelayMs: 0,
-      batchSlowdown: 0,
-      servedModels: MODELS,
-      reportUsage: false,
-    });
-    t.after(() => Promise.all([usage.close(), silent.close()]));
     const policies = Object.fromEntries(
       Array.from({ length: TENANTS }, (_, k) => [`auth:m${k}`, { budget_tokens: budgetOf(k) }]),
     );
-    const priority = await writeTempFile(
-      t,
-      "priority.yaml",
-      stringify(schedulerDoc({ tenant_policies: policies })),
-    );
-    const config = await writeTempFile(
-      t,
-      "gateway.yaml",
-      stringify({
-        api_keys: Array.from({ length: TENANTS }, (_, k) => ({
-          sha256: sha256Hex(keyFor(k)),
-          tenant: `m${k}`,
-        })),
-      }),
-    );
-    const prefix = statePrefix(t, url);
-    const keys = new StateKeys(prefix);
-    const redis = redisClient(t, url);
-    const args = [
-      "--config",
-      config,
-      "--worker-urls",
-      usage.url,
-      silent.url,
-      "--priority-scheduler-enabled",
-      "--priority-scheduler-config",
-      priority,
-      "--ledger",
-      ledgerUrl,
-      ...stateArgs(url, prefix),
-    ];
+    const worker = {
+      maxRunningRequests: 64,
+      ttftMs: 1,
+      tokenDelayMs: 0,
+      batchSlowdown: 0,
+      servedModels: MODELS,
+    };
     // Replica 0 reserves the model's context for a request without max_tokens, replica 1 its default.
-    const replicas = await Promise.all([
-      startReplica(t, args),
-      startReplica(t, [...args, "--default-output-tokens", String(DEFAULT_OUTPUT)]),
-    ]);
-    const ports = replicas.map((r) => Number(new URL(r.url).port));
+    const { prefix, redis, ports } = await startRedisFleet(t, {
+      redisUrl: url,
+      workers: [worker, { ...worker, reportUsage: false }],
+      replicas: 2,
+      schedulerYaml: stringify(schedulerDoc({ tenant_policies: policies })),
+      apiKeys: Object.fromEntries(Array.from({ length: TENANTS }, (_, k) => [`m${k}`, keyFor(k)])),
+      flags: ["--ledger", ledgerUrl],
+      replicaFlags: (i) => (i === 1 ? ["--default-output-tokens", String(DEFAULT_OUTPUT)] : []),
+    });
+    const keys = new StateKeys(prefix);
     let tenant = 0;
     await fc.assert(
       fc.asyncProperty(runArb, async (reqs) => {

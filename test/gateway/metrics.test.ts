@@ -4,8 +4,8 @@
  */
 import assert from "node:assert/strict";
 import { describe, test } from "node:test";
-import { CONTRACT_METRICS } from "../contract-metrics.js";
 import { assertOk, labelNames, metric, smallSchedulerYaml, startFleet, waitFor } from "../harness.js";
+import { CONTRACT_METRICS } from "../metrics/contract-metrics.js";
 
 const CLASSES = ["bulk", "default", "interactive", "system"];
 const OUTCOMES = [

@@ -22,7 +22,7 @@ import type { LedgerSink } from "../../src/ledger/sink.js";
 import { sqlType } from "../../src/ledger/sql.js";
 import type { LedgerOptions } from "../../src/ledger/writer.js";
 import { schedulerDoc, startFleet, waitFor } from "../harness.js";
-import { rawPost, unlimitedChat } from "../money.js";
+import { rawPost, unlimitedChat } from "../helpers/money.js";
 import { duckRows, outcome, pgRows, postgresSchema, type Row, tempDir } from "./services.js";
 
 /** The `usage` columns of the first release (before sluice_request_id and token_source). */

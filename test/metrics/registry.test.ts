@@ -19,8 +19,8 @@ import {
   SCHEDULER_METRIC_NAMES,
   type SluiceMetrics,
 } from "../../src/metrics/index.js";
-import { CONTRACT_METRICS } from "../contract-metrics.js";
 import { labelNames, metric, type Scrape, scrape } from "../harness.js";
+import { CONTRACT_METRICS } from "./contract-metrics.js";
 
 /**
  * Small, reservation-free classes so a capacity of 2 is valid; bulk's queue holds one waiter; the

@@ -18,7 +18,7 @@ import { describe, test } from "node:test";
 import { parseGatewayArgs } from "../../src/cli/flags.js";
 import { sha256Hex as sha256 } from "../../src/gateway/tenancy/tenants.js";
 import { PROMPT_TOKENS, schedulerDoc, startFleet, waitFor, writeTempFile } from "../harness.js";
-import { charged, rawPost, tally, unlimitedChat, usageTotal } from "../money.js";
+import { charged, rawPost, tally, unlimitedChat, usageTotal } from "../helpers/money.js";
 import { rawExchange } from "./raw.js";
 
 const KEY = { authorization: "Bearer sk-acme" };

@@ -25,11 +25,11 @@ import { mulberry32 } from "@sluice/scheduler/core/random.js";
 import { stringify } from "yaml";
 import { StateKeys } from "../../src/admission/redis/keys.js";
 import { sha256Hex } from "../../src/gateway/tenancy/tenants.js";
-import { startMockWorker } from "../../src/mock-worker/index.js";
-import { redisClient, redisOrSkip, startReplica, stateArgs, statePrefix } from "../admission/services.js";
-import { PROMPT_TOKENS, schedulerDoc, startFleet, waitFor, writeTempFile } from "../harness.js";
+import { startRedisFleet } from "../admission/fleet.js";
+import { redisClient, redisOrSkip } from "../admission/services.js";
+import { PROMPT_TOKENS, schedulerDoc, startFleet, waitFor } from "../harness.js";
+import { rawPost } from "../helpers/money.js";
 import { duckRows, pgRows, postgresSchema, type Row, tempDir } from "../ledger/services.js";
-import { rawPost } from "../money.js";
 import { rawExchange } from "../security/raw.js";
 
 const SECS = Number(process.env["SLUICE_MONEY_SOAK_SECS"] ?? 10);
@@ -224,46 +224,21 @@ describe(`soak: money for ${SECS} s (seed ${SEED})`, { timeout: SECS * 2000 + 12
     if (url === undefined) return;
     const ledgerUrl = await postgresSchema(t);
     if (ledgerUrl === undefined) return;
-    const workers = await Promise.all([
-      startMockWorker({
-        maxRunningRequests: 6,
-        ttftMs: 5,
-        tokenDelayMs: 1,
-        batchSlowdown: 0,
-        servedModels: MODELS,
-      }),
-      startMockWorker({
-        maxRunningRequests: 6,
-        ttftMs: 5,
-        tokenDelayMs: 1,
-        batchSlowdown: 0,
-        servedModels: MODELS,
-        reportUsage: false,
-      }),
-    ]);
-    t.after(() => Promise.all(workers.map((w) => w.close())));
-    const priority = await writeTempFile(t, "priority.yaml", stringify(priorityDoc()));
-    const config = await writeTempFile(
-      t,
-      "gateway.yaml",
-      stringify({ api_keys: TENANTS.map((x) => ({ sha256: sha256Hex(keyOf(x.name)), tenant: x.name })) }),
-    );
-    const prefix = statePrefix(t, url);
-    const args = [
-      "--config",
-      config,
-      "--worker-urls",
-      ...workers.map((w) => w.url),
-      "--priority-scheduler-enabled",
-      "--priority-scheduler-config",
-      priority,
-      "--ledger",
-      ledgerUrl,
-      "--default-output-tokens",
-      String(DEFAULT_OUTPUT),
-      ...stateArgs(url, prefix),
-    ];
-    const replicas = await Promise.all([startReplica(t, args), startReplica(t, args)]);
+    const worker = {
+      maxRunningRequests: 6,
+      ttftMs: 5,
+      tokenDelayMs: 1,
+      batchSlowdown: 0,
+      servedModels: MODELS,
+    };
+    const { prefix, replicas } = await startRedisFleet(t, {
+      redisUrl: url,
+      workers: [worker, { ...worker, reportUsage: false }],
+      replicas: 2,
+      schedulerYaml: stringify(priorityDoc()),
+      apiKeys: Object.fromEntries(TENANTS.map((x) => [x.name, keyOf(x.name)])),
+      flags: ["--ledger", ledgerUrl, "--default-output-tokens", String(DEFAULT_OUTPUT)],
+    });
     const load = await runLoad(
       replicas.map((r) => Number(new URL(r.url).port)),
       SEED,

@@ -5,9 +5,9 @@
  * (test/security/raw.ts): what a client library would hide (a second answer, an echoed header) is
  * seen as sent.
  */
-import type { OutcomeRecord } from "../src/contracts/outcome.js";
-import { PROMPT } from "./harness.js";
-import { type RawResponse, rawExchange } from "./security/raw.js";
+import type { OutcomeRecord } from "../../src/contracts/outcome.js";
+import { PROMPT } from "../harness.js";
+import { type RawResponse, rawExchange } from "../security/raw.js";
 
 export type { RawResponse };
 
