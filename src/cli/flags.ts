@@ -15,8 +15,6 @@ import { z } from "zod";
 import {
   DEFAULT_LEASE_TTL_SECS,
   DEFAULT_STATE_KEY_PREFIX,
-  defaultReplicaId,
-  REPLICA_ID_PATTERN,
   STATE_FAIL_MODES,
   type StateFailMode,
   type StateOptions,
@@ -27,6 +25,7 @@ import { adaptiveTuningSchema, tuningOptions } from "../config/adaptive-tuning.j
 import { pricingSchema } from "../config/pricing.js";
 import { schedulerFileSchema } from "../config/scheduler-file.js";
 import { toConfigError } from "../config/zod-errors.js";
+import { defaultReplicaId, REPLICA_ID_PATTERN } from "../contracts/replica-id.js";
 import type { ClientLimits } from "../gateway/http/client-guard.js";
 import {
   type ApiKeySpec,
@@ -864,6 +863,7 @@ export function parseGatewayArgs(argv: string[]): GatewayFlags {
     ledger: {
       target: parseLedgerTarget(values.ledger as string),
       retentionDays: values.ledger_retention_days as number,
+      replica: values.replica_id as string | undefined,
     },
     state:
       values.state_url === undefined

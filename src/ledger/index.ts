@@ -17,7 +17,6 @@ export { type LedgerSink, LedgerUnavailableError } from "./sink.js";
 export {
   DEFAULT_LEDGER,
   DEFAULT_RETENTION_DAYS,
-  defaultReplicaId,
   describeTarget,
   type LedgerTarget,
   parseLedgerTarget,
