@@ -30,7 +30,7 @@ export {
 } from "./writer.js";
 
 /** The sink a target names (undefined for `off`). */
-export function createSink(target: LedgerTarget): LedgerSink | undefined {
+function createSink(target: LedgerTarget): LedgerSink | undefined {
   switch (target.kind) {
     case "off":
       return undefined;

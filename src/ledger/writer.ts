@@ -82,7 +82,7 @@ export const LEDGER_METRIC_NAMES = {
   up: "sluice_ledger_up",
 } as const;
 
-export type DropReason = "buffer_full" | "write_failed" | "shutdown";
+type DropReason = "buffer_full" | "write_failed" | "shutdown";
 const DROP_REASONS: readonly DropReason[] = ["buffer_full", "write_failed", "shutdown"];
 
 const BACKOFF_BASE_MS = 200;

@@ -149,7 +149,7 @@ export interface MockWorker {
   close(): Promise<void>;
 }
 
-export type ResolvedOptions = Required<MockWorkerOptions>;
+type ResolvedOptions = Required<MockWorkerOptions>;
 
 export function resolveOptions(opts: MockWorkerOptions = {}): ResolvedOptions {
   const resolved: ResolvedOptions = {

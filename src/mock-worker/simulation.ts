@@ -16,7 +16,7 @@ export interface BatchEntry {
   abort(): void;
 }
 
-export type Outcome = "completed" | "aborted";
+type Outcome = "completed" | "aborted";
 
 export class Batcher {
   // A Set is an insertion-ordered FIFO with O(1) removal of a waiter that disconnects.
