@@ -254,7 +254,7 @@ export interface AdaptiveLimitOptions extends Partial<AdaptiveTuning> {
   probeOffset?: number | undefined;
 }
 
-export interface ResolvedAdaptiveLimitOptions extends AdaptiveTuning {
+interface ResolvedAdaptiveLimitOptions extends AdaptiveTuning {
   minCapacity: number;
   maxCapacity: number;
   initialCapacity: number;

@@ -61,7 +61,7 @@ export interface AdaptiveWorker {
   adaptiveLimit: number | undefined;
 }
 
-export interface AdaptiveCapacityOptions extends Partial<AdaptiveTuning> {
+interface AdaptiveCapacityOptions extends Partial<AdaptiveTuning> {
   minCapacity?: number | undefined;
   /** Default: no bound above the discovered capacity. */
   maxCapacity?: number | undefined;
@@ -89,7 +89,7 @@ export interface AdaptiveCounters {
 export const PACE_MIN_TAIL_TOKENS = 16;
 
 /** One worker's controller, in the pool's snapshot. */
-export interface AdaptiveWorkerSnapshot {
+interface AdaptiveWorkerSnapshot {
   worker: string;
   limit: number;
   reported: number;
@@ -105,7 +105,7 @@ export interface AdaptiveWorkerSnapshot {
   sloEvidence: number;
 }
 
-export type AdaptiveCapacitySnapshot = AdaptiveLimitSnapshot & {
+type AdaptiveCapacitySnapshot = AdaptiveLimitSnapshot & {
   capacity: number;
   inflight: number;
   queued: number;

@@ -10,10 +10,10 @@ import { InvalidArgumentError } from "commander";
 import {
   DEFAULT_LEASE_TTL_SECS,
   DEFAULT_STATE_KEY_PREFIX,
-  REPLICA_ID_PATTERN,
   STATE_FAIL_MODES,
   stateUrlProblem,
 } from "../admission/redis/options.js";
+import { REPLICA_ID_PATTERN } from "../contracts/replica-id.js";
 import { DEFAULT_LEDGER, DEFAULT_RETENTION_DAYS } from "../ledger/target.js";
 import { DEFAULT_BREAKER, DEFAULT_ROUTING, POLICY_NAMES } from "../routing/options.js";
 import { DEFAULT_MAX_RETRIES } from "../routing/retry.js";

@@ -4,7 +4,7 @@
  */
 import { readFileSync } from "node:fs";
 import { ConfigError } from "@sluice/scheduler/core/errors.js";
-import { defaultReplicaId } from "../admission/redis/options.js";
+import { defaultReplicaId } from "../contracts/replica-id.js";
 import { parseLedgerTarget } from "../ledger/target.js";
 import {
   fileAdaptiveTuning,
@@ -110,7 +110,11 @@ export function resolveGatewaySettings({ commandLine, env }: SettingsInput): Gat
     logLevel: values.log_level,
     pricing,
     admin: adminSettings(values, env),
-    ledger: { target: parseLedgerTarget(values.ledger), retentionDays: values.ledger_retention_days },
+    ledger: {
+      target: parseLedgerTarget(values.ledger),
+      retentionDays: values.ledger_retention_days,
+      replica: values.replica_id,
+    },
     state:
       values.state_url === undefined
         ? undefined

@@ -80,8 +80,6 @@ export const schedulerFileSchema = z.strictObject({
   tenant_policies: z.record(z.string(), tenantPolicySchema.nullish(), { error: M.mapping }).nullish(),
 });
 
-export type SchedulerFileConfig = z.infer<typeof schedulerFileSchema>;
-
 /**
  * Parses and validates the `--priority-scheduler-config` document (`classes`, `tenant_policies`).
  * An empty document means built-in defaults and no tenant policies.

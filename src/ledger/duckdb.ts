@@ -31,7 +31,7 @@ export type WorkerReply =
  * checkpoint every 64 MB of WAL (DuckDB's default is 16 MB) rewrites partly filled row groups less
  * often (+15-20% rows/s in bench/ledger.bench.ts) and keeps a replay after a crash short.
  */
-export const DUCKDB_GATEWAY_CONFIG: Record<string, string> = {
+const DUCKDB_GATEWAY_CONFIG: Record<string, string> = {
   threads: "2",
   memory_limit: "512MB",
   checkpoint_threshold: "64MB",

@@ -100,7 +100,7 @@ function csvField(text: string, isText: boolean, terminal: boolean): string {
   return formula || /[",\r\n]|^\s|\s$/.test(field) ? `"${field.replaceAll('"', '""')}"` : field;
 }
 
-export interface FormatOptions {
+interface FormatOptions {
   /**
    * The text goes to a terminal (stdout is a TTY): CSV escapes control characters too. The table
    * always does; JSON needs no more than it always does.

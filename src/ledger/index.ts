@@ -17,7 +17,6 @@ export { type LedgerSink, LedgerUnavailableError } from "./sink.js";
 export {
   DEFAULT_LEDGER,
   DEFAULT_RETENTION_DAYS,
-  defaultReplicaId,
   describeTarget,
   type LedgerTarget,
   parseLedgerTarget,
@@ -31,7 +30,7 @@ export {
 } from "./writer.js";
 
 /** The sink a target names (undefined for `off`). */
-export function createSink(target: LedgerTarget): LedgerSink | undefined {
+function createSink(target: LedgerTarget): LedgerSink | undefined {
   switch (target.kind) {
     case "off":
       return undefined;

@@ -28,7 +28,7 @@ export function pgErrorMessage(err: unknown): string {
   return inner?.message || e.code || inner?.code || String(err);
 }
 
-export interface PostgresSinkOptions {
+interface PostgresSinkOptions {
   /** Client-side limit on one statement (default 30 s): a hung server cannot hold the writer forever. */
   queryTimeoutMs?: number;
   connectTimeoutMs?: number;

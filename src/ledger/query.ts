@@ -28,7 +28,7 @@ export interface LedgerReader {
 }
 
 /** A query the user can fix (bad SQL, a locked or missing file): printed as is, exit 1. */
-export class LedgerQueryError extends Error {
+class LedgerQueryError extends Error {
   override name = "LedgerQueryError";
 }
 
@@ -48,7 +48,7 @@ export function plainValue(value: unknown): Cell {
   return String(value);
 }
 
-export interface ReaderOptions {
+interface ReaderOptions {
   /**
    * DuckDB only: when a running gateway holds the file, query a copy of it taken now (the file and
    * its WAL) instead of failing.

@@ -7,9 +7,9 @@ import { type Dialect, sqlType } from "./sql.js";
 
 /** Span the dashboard shows, and tenants it lists (the heaviest by tokens). */
 export const RECENT_SPAN_MS = 3_600_000;
-export const RECENT_TENANTS = 20;
+const RECENT_TENANTS = 20;
 
-export interface RecentMinute {
+interface RecentMinute {
   /** The minute's start, epoch ms. */
   minuteMs: number;
   requests: number;
@@ -22,7 +22,7 @@ export interface RecentMinute {
   queueWaitMsMax: number;
 }
 
-export interface RecentTenant {
+interface RecentTenant {
   tenant: string;
   requests: number;
   /** Requests refused before a slot (admission `rejected`). */
@@ -40,7 +40,7 @@ export interface RecentUsage {
 }
 
 /** Rows as the sinks return them: one array per row, in the statements' column order. */
-export type RawRows = ReadonlyArray<ReadonlyArray<unknown>>;
+type RawRows = ReadonlyArray<ReadonlyArray<unknown>>;
 
 /**
  * The two statements: per minute and outcome, and per tenant (the RECENT_TENANTS heaviest). Every

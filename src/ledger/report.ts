@@ -10,7 +10,7 @@
 import type { Cell, LedgerReader, QueryResult } from "./query.js";
 import { quantileSql } from "./sql.js";
 
-export interface ReportRow {
+interface ReportRow {
   tenant_id: string;
   effective_class: string | null;
   requests: number;
@@ -31,7 +31,7 @@ export interface ReportRow {
   errors: Record<string, number>;
 }
 
-export interface Report {
+interface Report {
   since: string;
   until: string;
   ledger: string;

@@ -8,7 +8,7 @@ import { newRequestId } from "../contracts/request-id.js";
 /** Column types, named portably; each sink maps them to its own SQL types. */
 export type ColumnType = "bigint" | "integer" | "double" | "text";
 
-export interface Column {
+interface Column {
   readonly name: string;
   readonly type: ColumnType;
   readonly notNull: boolean;
@@ -75,7 +75,7 @@ export type LedgerRow = [
 export const TS_MS = 0;
 
 /** Longest text value stored; longer values (a client-chosen model name, say) are cut. */
-export const MAX_TEXT = 256;
+const MAX_TEXT = 256;
 
 /**
  * Text as stored: at most MAX_TEXT characters, and no NUL (PostgreSQL rejects it in text, and one

@@ -16,7 +16,7 @@ export function sqlType(dialect: Dialect, type: ColumnType): string {
 }
 
 /** `usage_minute`: one row per minute, tenant, class, admission, outcome and error code. */
-export const ROLLUP_COLUMNS: ReadonlyArray<{ name: string; type: ColumnType; notNull?: boolean }> = [
+const ROLLUP_COLUMNS: ReadonlyArray<{ name: string; type: ColumnType; notNull?: boolean }> = [
   { name: "minute_ms", type: "bigint", notNull: true },
   { name: "tenant_id", type: "text", notNull: true },
   { name: "effective_class", type: "text" },
@@ -75,7 +75,7 @@ export function schemaStatements(dialect: Dialect): string[] {
 }
 
 /** The unique index on the gateway's id: every row's key, and a retried batch's conflict target. */
-export const PG_KEY_INDEX = "usage_sluice_request_id_key";
+const PG_KEY_INDEX = "usage_sluice_request_id_key";
 
 /**
  * One DO block that alters `usage` only when it must (an ALTER TABLE takes an exclusive lock, and
@@ -98,12 +98,12 @@ function postgresMigration(): string {
 }
 
 /** ClickHouse's `toUnixTimestamp` (whole seconds), so obleth's ledger queries run as written. */
-export const TO_UNIX_TIMESTAMP_MACRO =
+const TO_UNIX_TIMESTAMP_MACRO =
   "CREATE OR REPLACE MACRO toUnixTimestamp(ts) AS CAST(floor(epoch(ts)) AS BIGINT)";
 export const TO_UNIX_TIMESTAMP_TEMP_MACRO = TO_UNIX_TIMESTAMP_MACRO.replace("MACRO", "TEMP MACRO");
 
 /** The minute (epoch ms) of `ts_ms`, in SQL. */
-export function minuteSql(dialect: Dialect, column = "ts_ms"): string {
+function minuteSql(dialect: Dialect, column = "ts_ms"): string {
   return dialect === "duckdb" ? `(${column} // 60000) * 60000` : `(${column} / 60000) * 60000`;
 }
 

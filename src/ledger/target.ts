@@ -2,7 +2,6 @@
  * `--ledger`: where the ledger goes. `duckdb:PATH` (an embedded file, the CLI's default),
  * `postgres://...` (shared by replicas) or `off`. A programmatic embedder may also pass any sink.
  */
-import { hostname } from "node:os";
 import { resolve } from "node:path";
 import type { LedgerSink } from "./sink.js";
 
@@ -59,9 +58,4 @@ export function describeTarget(target: LedgerTarget): string {
     case "sink":
       return target.sink.description;
   }
-}
-
-/** This process's replica id: `hostname:pid`. */
-export function defaultReplicaId(): string {
-  return `${hostname()}:${process.pid}`;
 }

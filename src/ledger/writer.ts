@@ -27,16 +27,17 @@
 import type { Logger } from "pino";
 import { Counter, Gauge, type Registry } from "prom-client";
 import type { OutcomeRecord, OutcomeSink } from "../contracts/outcome.js";
+import { defaultReplicaId } from "../contracts/replica-id.js";
 import { RECENT_SPAN_MS, type RecentUsage } from "./recent.js";
 import { type LedgerRow, minuteOf, TS_MS, toLedgerRow } from "./row.js";
 import { type LedgerSink, LedgerUnavailableError } from "./sink.js";
-import { DEFAULT_RETENTION_DAYS, defaultReplicaId, type LedgerTarget } from "./target.js";
+import { DEFAULT_RETENTION_DAYS, type LedgerTarget } from "./target.js";
 
 export interface LedgerOptions {
   target: LedgerTarget;
   /** Rows older than this many days are deleted, both tables (default 30). */
   retentionDays?: number | undefined;
-  /** This replica's id in the `replica` column (default `hostname:pid`). */
+  /** This replica's id in the `replica` column: `--replica-id`, by default `hostname-pid`. */
   replica?: string | undefined;
   /** Rows that may wait for the sink (default 10,000); past it rows are dropped and counted. */
   bufferRows?: number | undefined;
@@ -81,7 +82,7 @@ export const LEDGER_METRIC_NAMES = {
   up: "sluice_ledger_up",
 } as const;
 
-export type DropReason = "buffer_full" | "write_failed" | "shutdown";
+type DropReason = "buffer_full" | "write_failed" | "shutdown";
 const DROP_REASONS: readonly DropReason[] = ["buffer_full", "write_failed", "shutdown"];
 
 const BACKOFF_BASE_MS = 200;

@@ -9,7 +9,7 @@ import type { AdaptiveCounters } from "../capacity/adaptive.js";
 import type { AdaptiveLimitSnapshot } from "../capacity/adaptive-limit.js";
 import type { LoadSheddingStatus, ShedReason } from "../shedding/load-shedding.js";
 
-export const CAPACITY_METRIC_NAMES = {
+const CAPACITY_METRIC_NAMES = {
   limit: "sluice_capacity_limit",
   tpotP90: "sluice_adaptive_tpot_p90_seconds",
   tpotBaseline: "sluice_adaptive_tpot_baseline_seconds",
@@ -23,9 +23,9 @@ export const CAPACITY_METRIC_NAMES = {
   keyedPercent: "sluice_keyed_admission_percent",
 } as const;
 
-export const SHED_REASONS: readonly ShedReason[] = ["level", "codel", "keyed"];
+const SHED_REASONS: readonly ShedReason[] = ["level", "codel", "keyed"];
 
-export interface CapacityMetricSources {
+interface CapacityMetricSources {
   /** The capacity limit in force: the adaptive controller's (bounded by the workers), else the capacity. */
   limit(): number;
   adaptive(): AdaptiveLimitSnapshot | undefined;

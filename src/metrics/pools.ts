@@ -9,7 +9,7 @@ import { CLASSES_HIGH_TO_LOW } from "@sluice/scheduler/core/class.js";
 import { Counter, Gauge, type Registry } from "prom-client";
 import type { PoolView } from "../contracts/pool-view.js";
 
-export const POOL_METRIC_NAMES = {
+const POOL_METRIC_NAMES = {
   capacity: "sluice_pool_capacity",
   inflight: "sluice_pool_inflight",
   queued: "sluice_pool_queued",
@@ -32,7 +32,7 @@ const ROOM_WAIT_OUTCOMES = [
 ] as const;
 
 /** At most this many served models per pool are listed in `sluice_pool_served_model`. */
-export const MAX_SERVED_MODEL_LABELS = 64;
+const MAX_SERVED_MODEL_LABELS = 64;
 
 export function registerPoolMetrics(registry: Registry, pools: () => readonly PoolView[]): void {
   const registers = [registry];

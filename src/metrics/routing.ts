@@ -8,7 +8,7 @@ import type { ChoiceCounter, RoutingObserver } from "../contracts/routing-policy
 import { CIRCUIT_STATE_VALUE, type CircuitState } from "../routing/circuit-breaker.js";
 import { RETRY_REASONS, type RetryReason } from "../routing/retry.js";
 
-export const ROUTING_METRIC_NAMES = {
+const ROUTING_METRIC_NAMES = {
   choices: "sluice_routing_choices_total",
   matchRatio: "sluice_routing_cache_match_ratio",
   treeChars: "sluice_routing_cache_tree_chars",
@@ -17,11 +17,11 @@ export const ROUTING_METRIC_NAMES = {
 } as const;
 
 /** Matched share of the prompt: exact zeros (no match) get their own bucket. */
-export const MATCH_RATIO_BUCKETS: readonly number[] = Object.freeze([
+const MATCH_RATIO_BUCKETS: readonly number[] = Object.freeze([
   0, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 0.95, 1,
 ]);
 
-export interface RoutingMetricSources {
+interface RoutingMetricSources {
   /** Every worker's circuit state, by worker URL. */
   circuits(): Iterable<{ worker: string; state: CircuitState }>;
   /** Characters held by the prefix trees of every worker set. */

@@ -72,7 +72,7 @@ export function parseInferenceRequest(
   };
 }
 
-export interface ErrorBody {
+interface ErrorBody {
   error: { message: string; type: string; param: null; code: string | null };
 }
 

@@ -31,7 +31,7 @@ export interface BatchEntry {
   preempt?(): void;
 }
 
-export type Outcome = "completed" | "aborted";
+type Outcome = "completed" | "aborted";
 
 export class Batcher {
   // A Set is an insertion-ordered FIFO with O(1) removal of a waiter that disconnects.

@@ -4,7 +4,7 @@
  */
 
 /** Text of output token `index`: "tok0", " tok1", " tok2", ... (joined they read "tok0 tok1 tok2"). */
-export function tokenText(index: number): string {
+function tokenText(index: number): string {
   return index === 0 ? "tok0" : ` tok${index}`;
 }
 
@@ -26,7 +26,7 @@ export function tokensForChars(chars: number): number {
 }
 
 /** Characters of an OpenAI message content: a string or an array of parts ({type:"text", text}). */
-export function contentChars(content: unknown): number {
+function contentChars(content: unknown): number {
   if (typeof content === "string") return content.length;
   if (!Array.isArray(content)) return 0;
   let chars = 0;

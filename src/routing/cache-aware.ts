@@ -25,7 +25,7 @@ import type {
 import { isOverloaded, LeastLoaded, meanLoad } from "./load.js";
 import { PrefixTree, type TreeNode } from "./prefix-tree.js";
 
-export interface CacheAwareOptions {
+interface CacheAwareOptions {
   cacheThreshold: number;
   balanceAbsThreshold: number;
   balanceRelThreshold: number;

@@ -31,7 +31,7 @@ export const CIRCUIT_STATE_VALUE: Readonly<Record<CircuitState, number>> = {
 };
 
 /** Why a circuit is open. */
-export type OpenReason = "failures" | "error_ratio" | "unreachable" | "health_check" | "trial_failed";
+type OpenReason = "failures" | "error_ratio" | "unreachable" | "health_check" | "trial_failed";
 
 /** The error-ratio window in this many buckets: old outcomes leave a bucket at a time. */
 const WINDOW_BUCKETS = 10;

@@ -7,7 +7,7 @@ import { fmix32, fnv1a } from "@sluice/scheduler/core/hash.js";
 import type { RoutingCandidate } from "../contracts/routing-policy.js";
 
 /** The score of `worker` for `key`: the worker with the highest score owns the key. */
-export function rendezvousScore(key: number, workerHash: number): number {
+function rendezvousScore(key: number, workerHash: number): number {
   return fmix32(key ^ Math.imul(workerHash, 0x9e3779b1));
 }
 

@@ -15,7 +15,7 @@ export const POLICY_NAMES = [
 ] as const;
 export type PolicyName = (typeof POLICY_NAMES)[number];
 
-export const DEFAULT_POLICY: PolicyName = "cache_aware";
+const DEFAULT_POLICY: PolicyName = "cache_aware";
 
 export interface RoutingOptions {
   policy: PolicyName;

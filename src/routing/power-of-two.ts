@@ -1,10 +1,6 @@
 /** `power_of_two`: the less loaded of two distinct random candidates. */
-import type {
-  ChoiceCounter,
-  RoutingCandidate,
-  RoutingObserver,
-  RoutingPolicy,
-} from "../contracts/routing-policy.js";
+import type { ChoiceCounter, RoutingCandidate, RoutingObserver } from "../contracts/routing-policy.js";
+import { ChoiceAmongMany } from "./choice-among-many.js";
 
 /** The less loaded of two distinct random candidates (n >= 2). */
 export function lessLoadedOfTwo<W extends RoutingCandidate>(
@@ -20,27 +16,19 @@ export function lessLoadedOfTwo<W extends RoutingCandidate>(
   return a.inflight <= b.inflight ? a : b;
 }
 
-export class PowerOfTwoPolicy<W extends RoutingCandidate> implements RoutingPolicy<W> {
-  readonly name = "power_of_two";
+export class PowerOfTwoPolicy<W extends RoutingCandidate> extends ChoiceAmongMany<W> {
   private readonly counted: ChoiceCounter;
-  private readonly only: ChoiceCounter;
 
   constructor(
     observer: RoutingObserver,
     private readonly random: () => number = Math.random,
   ) {
+    super("power_of_two", observer);
     this.counted = observer.choices(this.name, "two_choices");
-    this.only = observer.choices(this.name, "only_candidate");
   }
 
-  choose(candidates: readonly W[]): W | undefined {
-    if (candidates.length <= 1) {
-      if (candidates.length === 1) this.only.inc();
-      return candidates[0];
-    }
+  protected chooseAmong(candidates: readonly W[]): W {
     this.counted.inc();
     return lessLoadedOfTwo(candidates, this.random);
   }
-
-  onWorkerRemoved(): void {}
 }

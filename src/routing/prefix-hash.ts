@@ -13,38 +13,31 @@ import type {
   ChoiceCounter,
   RoutingCandidate,
   RoutingObserver,
-  RoutingPolicy,
   RoutingRequest,
 } from "../contracts/routing-policy.js";
+import { ChoiceAmongMany } from "./choice-among-many.js";
 import { rendezvousPick } from "./hash.js";
 import { isOverloaded, LeastLoaded, meanLoad } from "./load.js";
 
 export const PREFIX_HASH_CHARS = 1024;
 
-export class PrefixHashPolicy<W extends RoutingCandidate> implements RoutingPolicy<W> {
-  readonly name = "prefix_hash";
+export class PrefixHashPolicy<W extends RoutingCandidate> extends ChoiceAmongMany<W> {
   private readonly least = new LeastLoaded();
   private readonly hashed: ChoiceCounter;
   private readonly overloaded: ChoiceCounter;
   private readonly noPrompt: ChoiceCounter;
-  private readonly only: ChoiceCounter;
 
   constructor(
     private readonly options: { balanceAbsThreshold: number; balanceRelThreshold: number },
     observer: RoutingObserver,
   ) {
+    super("prefix_hash", observer);
     this.hashed = observer.choices(this.name, "prefix_hash");
     this.overloaded = observer.choices(this.name, "overloaded");
     this.noPrompt = observer.choices(this.name, "no_prompt");
-    this.only = observer.choices(this.name, "only_candidate");
   }
 
-  choose(candidates: readonly W[], request: RoutingRequest): W | undefined {
-    const n = candidates.length;
-    if (n <= 1) {
-      if (n === 1) this.only.inc();
-      return candidates[0];
-    }
+  protected chooseAmong(candidates: readonly W[], request: RoutingRequest): W | undefined {
     const text = request.promptText();
     if (text.length === 0) {
       this.noPrompt.inc();
@@ -60,6 +53,4 @@ export class PrefixHashPolicy<W extends RoutingCandidate> implements RoutingPoli
     this.overloaded.inc();
     return this.least.pick(candidates);
   }
-
-  onWorkerRemoved(): void {}
 }

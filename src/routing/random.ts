@@ -1,33 +1,20 @@
 /** `random`: a uniformly random candidate. */
-import type {
-  ChoiceCounter,
-  RoutingCandidate,
-  RoutingObserver,
-  RoutingPolicy,
-} from "../contracts/routing-policy.js";
+import type { ChoiceCounter, RoutingCandidate, RoutingObserver } from "../contracts/routing-policy.js";
+import { ChoiceAmongMany } from "./choice-among-many.js";
 
-export class RandomPolicy<W extends RoutingCandidate> implements RoutingPolicy<W> {
-  readonly name = "random";
+export class RandomPolicy<W extends RoutingCandidate> extends ChoiceAmongMany<W> {
   private readonly counted: ChoiceCounter;
-  private readonly only: ChoiceCounter;
 
   constructor(
     observer: RoutingObserver,
     private readonly random: () => number = Math.random,
   ) {
+    super("random", observer);
     this.counted = observer.choices(this.name, "random");
-    this.only = observer.choices(this.name, "only_candidate");
   }
 
-  choose(candidates: readonly W[]): W | undefined {
-    const n = candidates.length;
-    if (n <= 1) {
-      if (n === 1) this.only.inc();
-      return candidates[0];
-    }
+  protected chooseAmong(candidates: readonly W[]): W | undefined {
     this.counted.inc();
-    return candidates[Math.floor(this.random() * n)];
+    return candidates[Math.floor(this.random() * candidates.length)];
   }
-
-  onWorkerRemoved(): void {}
 }

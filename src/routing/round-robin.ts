@@ -1,32 +1,19 @@
 /** `round_robin`: the candidates in turn. */
-import type {
-  ChoiceCounter,
-  RoutingCandidate,
-  RoutingObserver,
-  RoutingPolicy,
-} from "../contracts/routing-policy.js";
+import type { ChoiceCounter, RoutingCandidate, RoutingObserver } from "../contracts/routing-policy.js";
+import { ChoiceAmongMany } from "./choice-among-many.js";
 
-export class RoundRobinPolicy<W extends RoutingCandidate> implements RoutingPolicy<W> {
-  readonly name = "round_robin";
+export class RoundRobinPolicy<W extends RoutingCandidate> extends ChoiceAmongMany<W> {
   private next = 0;
   private readonly rotation: ChoiceCounter;
-  private readonly only: ChoiceCounter;
 
   constructor(observer: RoutingObserver) {
+    super("round_robin", observer);
     this.rotation = observer.choices(this.name, "rotation");
-    this.only = observer.choices(this.name, "only_candidate");
   }
 
-  choose(candidates: readonly W[]): W | undefined {
-    const n = candidates.length;
-    if (n <= 1) {
-      if (n === 1) this.only.inc();
-      return candidates[0];
-    }
-    this.next = (this.next + 1) % n;
+  protected chooseAmong(candidates: readonly W[]): W | undefined {
+    this.next = (this.next + 1) % candidates.length;
     this.rotation.inc();
     return candidates[this.next];
   }
-
-  onWorkerRemoved(): void {}
 }

@@ -10,37 +10,30 @@ import type {
   ChoiceCounter,
   RoutingCandidate,
   RoutingObserver,
-  RoutingPolicy,
   RoutingRequest,
 } from "../contracts/routing-policy.js";
+import { ChoiceAmongMany } from "./choice-among-many.js";
 import { rendezvousPick } from "./hash.js";
 import { lessLoadedOfTwo } from "./power-of-two.js";
 
-export class SessionPolicy<W extends RoutingCandidate> implements RoutingPolicy<W> {
-  readonly name = "session";
+export class SessionPolicy<W extends RoutingCandidate> extends ChoiceAmongMany<W> {
   private readonly header: string;
   private readonly hashed: ChoiceCounter;
   private readonly noSession: ChoiceCounter;
-  private readonly only: ChoiceCounter;
 
   constructor(
     header: string,
     observer: RoutingObserver,
     private readonly random: () => number = Math.random,
   ) {
+    super("session", observer);
     // Node hands header names over in lowercase.
     this.header = header.toLowerCase();
     this.hashed = observer.choices(this.name, "session");
     this.noSession = observer.choices(this.name, "no_session");
-    this.only = observer.choices(this.name, "only_candidate");
   }
 
-  choose(candidates: readonly W[], request: RoutingRequest): W | undefined {
-    const n = candidates.length;
-    if (n <= 1) {
-      if (n === 1) this.only.inc();
-      return candidates[0];
-    }
+  protected chooseAmong(candidates: readonly W[], request: RoutingRequest): W | undefined {
     const key = request.header(this.header);
     if (key === undefined || key === "") {
       this.noSession.inc();
@@ -49,6 +42,4 @@ export class SessionPolicy<W extends RoutingCandidate> implements RoutingPolicy<
     this.hashed.inc();
     return rendezvousPick(candidates, fnv1a(key));
   }
-
-  onWorkerRemoved(): void {}
 }

@@ -26,8 +26,9 @@ import {
   QueueFullError,
   QueueTimeoutError,
 } from "@sluice/scheduler/core/errors.js";
+import { type PreemptibleEntry, PreemptibleSet } from "@sluice/scheduler/core/inflight.js";
 
-export class StrictPermit {
+export class StrictPermit implements PreemptibleEntry<StrictPermit> {
   firstByte = false;
   preempted = false;
   released = false;
@@ -96,8 +97,8 @@ export class StrictScheduler {
   private readonly queues: StrictWaiter[][] = [[], [], [], []];
   private readonly heads = [0, 0, 0, 0];
   private readonly sizes = [0, 0, 0, 0];
-  private readonly preemptibleHeads: (StrictPermit | null)[] = [null, null, null, null];
-  private readonly preemptibleTails: (StrictPermit | null)[] = [null, null, null, null];
+  /** The core's preemptible lists: both schedulers pick the same victim (lowest class, newest). */
+  private readonly preemptible = new PreemptibleSet<StrictPermit>();
   private seq = 0;
   private wakeup: TimerHandle | undefined;
   private starveTimer: TimerHandle | undefined;
@@ -163,7 +164,7 @@ export class StrictScheduler {
     }
     const settings = this.options.classes[cls];
     if (settings.can_preempt) {
-      const victim = this.victimBelow(rank);
+      const victim = this.preemptible.victimBelow(rank);
       if (victim !== null) {
         this.unlist(victim);
         this.inflight[victim.rank]!--;
@@ -171,7 +172,7 @@ export class StrictScheduler {
         victim.preempt(rank);
         this.settledCount++;
         const permit = new StrictPermit(this, rank, 0);
-        this.list(permit);
+        this.preemptible.add(permit);
         return Promise.resolve(permit);
       }
     }
@@ -210,7 +211,7 @@ export class StrictScheduler {
     this.inflight[rank]!++;
     this.total++;
     const permit = new StrictPermit(this, rank, waitMs);
-    this.list(permit);
+    this.preemptible.add(permit);
     return permit;
   }
 
@@ -317,35 +318,8 @@ export class StrictScheduler {
     w.reject(new ClientCancelledError(classOfRank(w.rank), "scheduler_client_cancelled"));
   }
 
-  // --- preemptible permits: per class, in admission order ----------------------------------
-
-  private list(p: StrictPermit): void {
-    const r = p.rank;
-    p.listed = true;
-    p.next = null;
-    p.prev = this.preemptibleTails[r]!;
-    if (p.prev) p.prev.next = p;
-    else this.preemptibleHeads[r] = p;
-    this.preemptibleTails[r] = p;
-  }
-
-  /** @internal */
+  /** @internal A permit's first byte: it can no longer be preempted. */
   unlist(p: StrictPermit): void {
-    if (!p.listed) return;
-    const r = p.rank;
-    if (p.prev) p.prev.next = p.next;
-    else this.preemptibleHeads[r] = p.next;
-    if (p.next) p.next.prev = p.prev;
-    else this.preemptibleTails[r] = p.prev;
-    p.prev = p.next = null;
-    p.listed = false;
-  }
-
-  private victimBelow(rank: number): StrictPermit | null {
-    for (let r = 0; r < rank; r++) {
-      const tail = this.preemptibleTails[r];
-      if (tail) return tail;
-    }
-    return null;
+    this.preemptible.remove(p);
   }
 }

@@ -39,7 +39,7 @@ import {
 import { parentFromHeaders, type WorkerHeaders, withTraceParent } from "./propagation.js";
 
 /** The part of a dispatch the upstream span reads and rewrites (undici's dispatch options). */
-export interface AttemptRequest {
+interface AttemptRequest {
   method: string;
   path: string;
   headers?: WorkerHeaders;

@@ -15,8 +15,8 @@ import { ATTR_SERVICE_NAME } from "@opentelemetry/semantic-conventions";
 import { tracesUrl } from "./endpoint.js";
 import { RequestSpans } from "./request-spans.js";
 
-export const DEFAULT_SERVICE_NAME = "sluice";
-export interface TracingOptions {
+const DEFAULT_SERVICE_NAME = "sluice";
+interface TracingOptions {
   /** The collector's OTLP/HTTP base URL, e.g. http://collector:4318. */
   endpoint: string;
 }

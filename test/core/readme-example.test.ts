@@ -1,7 +1,8 @@
 /**
  * The README's library example is real code: the first ```ts block under "The library in one
- * example" is written to a temporary module importing the public API (src/index.ts) in place of
- * "sluice", type-checked against it, and run. Every `console.log(...)` line in it must be followed by
+ * example" is written to a temporary module importing the library's source
+ * (packages/scheduler/src/index.ts) in place of "@sluice/scheduler", type-checked against it, and
+ * run (test/structure/library-package.test.ts runs it again against the packed package). Every `console.log(...)` line in it must be followed by
  * a `// <output>` comment, and the output must match.
  */
 import assert from "node:assert/strict";
@@ -14,7 +15,7 @@ import { format } from "node:util";
 import ts from "typescript";
 
 const README = fileURLToPath(new URL("../../README.md", import.meta.url));
-const PUBLIC_API = fileURLToPath(new URL("../../src/index.ts", import.meta.url));
+const PUBLIC_API = fileURLToPath(new URL("../../packages/scheduler/src/index.ts", import.meta.url));
 const HEADING = "## The library in one example";
 
 /** The first ```ts block after the heading. */
@@ -46,11 +47,11 @@ describe("README: the library in one example", () => {
 
   before(async () => {
     code = exampleOf(await readFile(README, "utf8"));
-    assert.match(code, /from "sluice"/, "the example imports the package by name");
+    assert.match(code, /from "@sluice\/scheduler"/, "the example imports the library by its package name");
     dir = await mkdtemp(join(tmpdir(), "sluice-readme-"));
     // .mts: an ES module wherever the temp directory is (top-level await).
     file = join(dir, "example.mts");
-    await writeFile(file, code.replaceAll('from "sluice"', `from ${JSON.stringify(PUBLIC_API)}`));
+    await writeFile(file, code.replaceAll('from "@sluice/scheduler"', `from ${JSON.stringify(PUBLIC_API)}`));
   });
 
   after(async () => {

@@ -5,10 +5,12 @@
  */
 import assert from "node:assert/strict";
 import { writeFile } from "node:fs/promises";
+import { hostname } from "node:os";
 import { join, resolve } from "node:path";
 import { describe, test } from "node:test";
 import { pino } from "pino";
 import { parseGatewayArgs } from "../../src/cli/flags.js";
+import type { GatewaySettings } from "../../src/config/gateway-settings.js";
 import { DuckDbSink } from "../../src/ledger/duckdb.js";
 import { PostgresSink } from "../../src/ledger/postgres.js";
 import type { LedgerSink } from "../../src/ledger/sink.js";
@@ -234,12 +236,14 @@ describe("the gateway's ledger flags", () => {
     assert.deepEqual(f.ledger, {
       target: { kind: "duckdb", path: resolve("sluice-ledger.duckdb") },
       retentionDays: 30,
+      replica: undefined,
     });
     const file = join(await tempDir(t), "gateway.yaml");
     await writeFile(file, "worker_urls: [http://w1:8000]\nledger: 'off'\nledger_retention_days: 7\n");
     assert.deepEqual(parseGatewayArgs(["--config", file]).ledger, {
       target: { kind: "off" },
       retentionDays: 7,
+      replica: undefined,
     });
     assert.deepEqual(
       parseGatewayArgs(["--config", file, "--ledger", "postgres://u@h:5432/db"]).ledger.target,
@@ -255,6 +259,29 @@ describe("the gateway's ledger flags", () => {
     assert.throws(
       () => parseGatewayArgs(["--worker-urls", "http://w1:8000", "--ledger-retention-days", "0"]),
       /--ledger-retention-days/,
+    );
+  });
+
+  test("the replica column: --replica-id when given (with or without shared state), else the state's default", () => {
+    const base = ["--worker-urls", "http://w1:8000", "--ledger", "off"];
+    // A writer that is never started: it only names its replica.
+    const writerOf = (flags: GatewaySettings) =>
+      new LedgerWriter(new DuckDbSink("unopened.duckdb"), flags.ledger, quiet);
+    assert.equal(writerOf(parseGatewayArgs([...base, "--replica-id", "gw-7"])).replica, "gw-7");
+    const shared = parseGatewayArgs([
+      ...base,
+      "--state-url",
+      "redis://127.0.0.1:6379/0",
+      "--replica-id",
+      "gw-8",
+    ]);
+    assert.equal(writerOf(shared).replica, "gw-8");
+    assert.equal(shared.state!.replicaId, "gw-8");
+    const byDefault = parseGatewayArgs([...base, "--state-url", "redis://127.0.0.1:6379/0"]);
+    assert.equal(writerOf(byDefault).replica, byDefault.state!.replicaId);
+    assert.equal(
+      writerOf(parseGatewayArgs(base)).replica,
+      `${hostname().replace(/[^A-Za-z0-9._:@-]/g, "-")}-${process.pid}`,
     );
   });
 

@@ -10,7 +10,7 @@ import type { RoutingObserver, RoutingRequest } from "../../src/contracts/routin
 import { CacheAwarePolicy } from "../../src/routing/cache-aware.js";
 import { createRoutingPolicy } from "../../src/routing/create.js";
 import { isOverloaded } from "../../src/routing/load.js";
-import { DEFAULT_ROUTING, type PolicyName } from "../../src/routing/options.js";
+import { DEFAULT_ROUTING, POLICY_NAMES, type PolicyName } from "../../src/routing/options.js";
 import { PREFIX_HASH_CHARS } from "../../src/routing/prefix-hash.js";
 import { BodyRoutingRequest, promptTextOf } from "../../src/routing/request.js";
 
@@ -368,6 +368,24 @@ describe("the simple policies", () => {
       assert.equal(p.name, name);
       assert.equal(p.choose([workers[1]!], chat([["user", "x"]])), workers[1]);
       assert.equal(p.choose([], chat([["user", "x"]])), undefined);
+    }
+  });
+
+  test("every policy counts a lone candidate as only_candidate, and nothing for no candidate", () => {
+    const workers = fleet(2);
+    for (const name of POLICY_NAMES) {
+      const observer = recorder();
+      const p = createRoutingPolicy<FakeWorker>({ ...DEFAULT_ROUTING, policy: name }, observer);
+      assert.equal(
+        observer.reasons.get(`${name}/only_candidate`),
+        0,
+        `${name}: the count exists from the start`,
+      );
+      p.choose([], chat([["user", "x"]]));
+      p.choose([workers[0]!], chat([["user", "x"]]));
+      p.choose([workers[1]!], chat([["user", "x"]]));
+      const counted = [...observer.reasons].filter(([, n]) => n > 0);
+      assert.deepEqual(counted, [[`${name}/only_candidate`, 2]], name);
     }
   });
 });

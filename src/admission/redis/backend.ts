@@ -55,7 +55,7 @@ import { SharedSlot, type SlotOwner } from "./slot.js";
 import { RemoteWaiter } from "./waiters.js";
 import type { WakeupHandler } from "./wakeups.js";
 
-export interface RedisBackendOptions {
+interface RedisBackendOptions {
   fleet: RedisFleet;
   /** The capacity pool this backend admits for (part of its keys); default "default". */
   pool?: string;
@@ -76,7 +76,7 @@ export interface RedisBackendOptions {
 /** Where admission runs now. */
 type Mode = "shared" | "down" | "rejoining";
 
-export interface ReplicaStatus {
+interface ReplicaStatus {
   id: string;
   incarnation: string;
   host: string;

@@ -94,7 +94,7 @@ export function budgetRefusal(hold: SharedHold, reason: string, detail: string):
   );
 }
 
-export interface SharedBudgetOptions {
+interface SharedBudgetOptions {
   policies: ReadonlyMap<string, TenantPolicy>;
   pricing: Pricing;
   clock: Clock;

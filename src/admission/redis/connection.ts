@@ -16,13 +16,13 @@ import { defineScripts } from "./scripts.js";
 const UNAVAILABLE_REPLY = /^(LOADING|BUSY|TRYAGAIN|CLUSTERDOWN|MASTERDOWN|READONLY|MISCONF)\b/;
 
 /** True when a failed command says Redis is unreachable or not serving (not a script error). */
-export function isUnavailable(error: unknown): boolean {
+function isUnavailable(error: unknown): boolean {
   const e = error as { name?: string; message?: string };
   if (e?.name === "ReplyError") return UNAVAILABLE_REPLY.test(e.message ?? "");
   return true;
 }
 
-export interface ConnectionOptions {
+interface ConnectionOptions {
   url: string;
   logger: Logger;
   /** A command that takes longer fails (Redis paused or partitioned); default 1000 ms. */

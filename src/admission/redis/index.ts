@@ -24,7 +24,7 @@ export { SharedBudgetBook } from "./budgets.js";
 export { RedisFleet } from "./fleet.js";
 export * from "./options.js";
 
-export interface SharedStateOptions {
+interface SharedStateOptions {
   state: StateOptions;
   tenantPolicies: ReadonlyMap<string, TenantPolicy>;
   pricing: Pricing;
@@ -35,7 +35,7 @@ export interface SharedStateOptions {
 }
 
 /** What one pool's backend is built from: the in-process backend's options, plus its pool name. */
-export type PoolBackendOptions = Omit<InProcessOptions, "clock" | "logger" | "quiet"> & {
+type PoolBackendOptions = Omit<InProcessOptions, "clock" | "logger" | "quiet"> & {
   pool: string;
   logger?: Logger | undefined;
 };

@@ -44,7 +44,7 @@ class LocalWait implements CancelSignal {
 
 export const MOVED = Symbol("moved back to the shared queues");
 
-export interface LocalShareOptions {
+interface LocalShareOptions {
   capacity: number;
   classes: ClassSettingsTable;
   tenantPolicies: ReadonlyMap<string, TenantPolicy>;

@@ -13,7 +13,7 @@
  */
 import { Counter, Gauge, Histogram, type Registry } from "prom-client";
 
-export const STATE_OPS = [
+const STATE_OPS = [
   "admit",
   "release",
   "cancel",
@@ -26,7 +26,7 @@ export const STATE_OPS = [
 ] as const;
 export type StateOp = (typeof STATE_OPS)[number];
 
-export interface StateMetricSources {
+interface StateMetricSources {
   up(): boolean;
   localFallback(): boolean;
   replicas(): number;

@@ -3,8 +3,6 @@
  * `--state-fail-mode`, `--lease-ttl-secs` (YAML `state_url`, `state_key_prefix`, `replica_id`,
  * `state_fail_mode`, `lease_ttl_secs`). Without a URL, admission and budgets stay in process.
  */
-import { hostname } from "node:os";
-
 export const STATE_FAIL_MODES = ["local", "closed"] as const;
 export type StateFailMode = (typeof STATE_FAIL_MODES)[number];
 
@@ -15,18 +13,10 @@ export interface StateOptions {
   /** redis://[user:password@]host:port/db or rediss://... (TLS). */
   url: string;
   keyPrefix: string;
-  /** This replica's name in the fleet (default hostname-pid). */
+  /** This replica's name in the fleet (contracts/replica-id.ts; default hostname-pid). */
   replicaId: string;
   failMode: StateFailMode;
   leaseTtlSecs: number;
-}
-
-/** A replica id goes into keys and lease records: letters, digits and `. _ : @ -`, 1..128. */
-export const REPLICA_ID_PATTERN = /^[A-Za-z0-9._:@-]{1,128}$/;
-
-export function defaultReplicaId(): string {
-  const host = hostname().replace(/[^A-Za-z0-9._:@-]/g, "-") || "sluice";
-  return `${host}-${process.pid}`.slice(0, 128);
 }
 
 /** Why a state URL is unusable, or undefined when it is fine. */

@@ -27,11 +27,11 @@ export function classOfRank(rank: number): PriorityClass {
   return cls;
 }
 
-export function isPriorityClass(value: unknown): value is PriorityClass {
+function isPriorityClass(value: unknown): value is PriorityClass {
   return value === "bulk" || value === "default" || value === "interactive" || value === "system";
 }
 
-export interface ParsedPriority {
+interface ParsedPriority {
   readonly class: PriorityClass;
   /** True when a value was given but is not a class name (including the empty string). */
   readonly unknown: boolean;

@@ -45,10 +45,10 @@ export type ClassSettingsTable = Readonly<Record<PriorityClass, Readonly<ClassSe
  * promoted waiters take at most a tenth of the admissions, which is also the minimum a starving
  * class is guaranteed under sustained overload.
  */
-export const DEFAULT_STARVATION_MAX_SHARE = 0.1;
+const DEFAULT_STARVATION_MAX_SHARE = 0.1;
 
 /** sluice's own key: how long a can_preempt waiter waits for a freed slot before it preempts. */
-export const DEFAULT_PREEMPT_AFTER_SECS = 0.25;
+const DEFAULT_PREEMPT_AFTER_SECS = 0.25;
 
 /** The contract's built-in defaults, used for any class (or field) the YAML leaves out. */
 export const BUILTIN_CLASS_DEFAULTS: ClassSettingsTable = Object.freeze({
@@ -118,7 +118,7 @@ export interface TenantPolicy {
 }
 
 /** `pricing` in the gateway YAML: USD per million tokens, per model. */
-export interface ModelPrice {
+interface ModelPrice {
   input_per_mtok: number;
   output_per_mtok: number;
 }

@@ -183,7 +183,7 @@ class PriorityScheduler implements Scheduler, PermitOwner {
   private readonly settings: ClassSettingsTable;
   private readonly slots: Slots;
   private readonly queues: FairQueue<Waiter>[] = [];
-  private readonly preemptible = new PreemptibleSet();
+  private readonly preemptible = new PreemptibleSet<SchedulerPermit>();
   private readonly queueLimit: number[] = [];
   private readonly timeoutMs: number[] = [];
   private readonly starvationMs: number[] = [];

@@ -85,7 +85,7 @@ export interface Flow<T extends QueueItem = QueueItem> {
 }
 
 /** Tokens a cost stands for: finite, >= 0, at most MAX_CHARGE_TOKENS; anything else is `fallback`. */
-export function sanitizeCost(cost: number, fallback: number): number {
+function sanitizeCost(cost: number, fallback: number): number {
   if (!(cost >= 0)) return fallback; // NaN and negatives
   return cost > MAX_CHARGE_TOKENS ? MAX_CHARGE_TOKENS : cost; // +Infinity included
 }

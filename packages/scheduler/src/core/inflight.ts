@@ -188,13 +188,25 @@ export class SchedulerPermit implements Permit, Charge {
   }
 }
 
-/** @internal Per-class admission-ordered lists of permits that have not emitted their first byte. */
-export class PreemptibleSet {
-  private readonly heads: (SchedulerPermit | null)[] = [null, null, null, null];
-  private readonly tails: (SchedulerPermit | null)[] = [null, null, null, null];
+/** What a preemptible list needs of a permit: its class rank and the list's links, kept on it. */
+export interface PreemptibleEntry<E> {
+  readonly rank: number;
+  listed: boolean;
+  prev: E | null;
+  next: E | null;
+}
+
+/**
+ * Per-class admission-ordered lists of permits that have not emitted their first byte. Generic
+ * over the permit so the simulator's strict reference (src/sim/strict.ts) picks its victims by
+ * this same code; not part of the package's index.
+ */
+export class PreemptibleSet<E extends PreemptibleEntry<E>> {
+  private readonly heads: (E | null)[] = [null, null, null, null];
+  private readonly tails: (E | null)[] = [null, null, null, null];
   private readonly counts: number[] = [0, 0, 0, 0];
 
-  add(permit: SchedulerPermit): void {
+  add(permit: E): void {
     const rank = permit.rank;
     permit.listed = true;
     permit.next = null;
@@ -205,7 +217,7 @@ export class PreemptibleSet {
     this.counts[rank]!++;
   }
 
-  remove(permit: SchedulerPermit): void {
+  remove(permit: E): void {
     if (!permit.listed) return;
     const rank = permit.rank;
     if (permit.prev) permit.prev.next = permit.next;
@@ -222,7 +234,7 @@ export class PreemptibleSet {
    * thrown away: by `cost` where the shell knows it (ties: the newer), else the newest (the least
    * time spent, the only measure of progress before a first byte).
    */
-  victimBelow(rank: number, cost?: (permit: SchedulerPermit) => number): SchedulerPermit | null {
+  victimBelow(rank: number, cost?: (permit: E) => number): E | null {
     for (let r = 0; r < rank && r < CLASS_COUNT; r++) {
       const tail = this.tails[r];
       if (!tail) continue;

@@ -53,7 +53,7 @@ export interface KeyedAdmissionOptions {
   minPercent?: number;
 }
 
-export const KEYED_ADMISSION_DEFAULTS: Required<KeyedAdmissionOptions> = {
+const KEYED_ADMISSION_DEFAULTS: Required<KeyedAdmissionOptions> = {
   targetDelayMs: 2000,
   rotationWindowMs: 600_000,
   decreaseFraction: 0.1,
@@ -79,11 +79,11 @@ export function keyBucket(key: string, window: number): number {
 }
 
 /** Ticks within which a falling delay must reach the target for the regulator to hold. */
-export const DRAIN_TICKS = 5;
+const DRAIN_TICKS = 5;
 /** A delay under half the target that rose by more than this x the target since the last tick holds. */
-export const RISE_TOLERANCE = 0.05;
+const RISE_TOLERANCE = 0.05;
 /** A cut stops at this fraction of the share of the keys' arrivals served in the last interval. */
-export const SERVED_FLOOR = 0.9;
+const SERVED_FLOOR = 0.9;
 
 function check(ok: boolean, key: string, message: string): void {
   if (!ok) throw new ConfigError(key, message);
