@@ -119,7 +119,7 @@ export const DEMO_WORKERS = [
 ] as const;
 
 /** What `sluice demo --help` says it starts, from DEMO_WORKERS and STREAMS so it cannot drift. */
-export function demoDescription(): string {
+function demoDescription(): string {
   const models = [...new Set(DEMO_WORKERS.map((w) => w.model))];
   const perModel = models
     .map((m) => `${DEMO_WORKERS.filter((w) => w.model === m).length} for ${m}`)

@@ -14,7 +14,7 @@ import { findSubcommand, SUBCOMMANDS, type Subcommand } from "./commands.js";
 import { parseGatewayArgs } from "./flags.js";
 import { packageVersion, topLevelHelp } from "./help.js";
 
-export async function runGatewayCli(argv: string[]): Promise<void> {
+async function runGatewayCli(argv: string[]): Promise<void> {
   const flags = parseGatewayArgs(argv);
   const logger = pino({ level: flags.logLevel, base: { service: "sluice" } });
   const gateway = await startGatewayWithDashboard({

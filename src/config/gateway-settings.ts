@@ -77,7 +77,7 @@ export interface ClientLimits {
 }
 
 export const LOG_LEVELS = ["trace", "debug", "info", "warn", "error", "fatal", "silent"] as const;
-export type LogLevel = (typeof LOG_LEVELS)[number];
+type LogLevel = (typeof LOG_LEVELS)[number];
 
 /** The part of the settings that becomes the gateway's options (startGateway) as it is. */
 export interface GatewayStartSettings {

@@ -17,7 +17,7 @@ import {
 
 export type Environment = Readonly<Record<string, string | undefined>>;
 
-export interface OptionLayers {
+interface OptionLayers {
   /** What the command line gave, already parsed, by key (keys it did not give are absent). */
   commandLine: Partial<OptionValues>;
   env: Environment;

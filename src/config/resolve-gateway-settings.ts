@@ -27,9 +27,9 @@ import { type Environment, envValue, resolveOptionValues } from "./option-layers
 import { urlArg } from "./option-parsers.js";
 
 /** The admin token when no --admin-token-file names one (a secret, so no flag carries it). */
-export const ADMIN_TOKEN_ENV = "SLUICE_ADMIN_TOKEN";
+const ADMIN_TOKEN_ENV = "SLUICE_ADMIN_TOKEN";
 
-export interface SettingsInput {
+interface SettingsInput {
   /** What the command line gave, already parsed, by option key. */
   commandLine: Partial<OptionValues>;
   env: Environment;

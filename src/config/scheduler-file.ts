@@ -40,7 +40,7 @@ export const classSettingsSchema = z.strictObject(
 );
 
 /** The keys of a tenant policy that the core reads; other layers may extend this shape. */
-export const tenantPolicyShape = {
+const tenantPolicyShape = {
   max_class: classEnum.optional(),
   weight: z.number({ error: M.number }).gt(0, M.aboveZero).optional(),
   tokens_per_minute: z.number({ error: M.number }).gt(0, M.aboveZero).optional(),

@@ -12,12 +12,12 @@
 
 import type { OutcomeKind } from "./outcome.js";
 
-export type RetryAfterRule = "none" | "computed" | number;
+type RetryAfterRule = "none" | "computed" | number;
 
 /** How a request that ends with an error code ended, in its outcome record (never `ok`). */
-export type ErrorOutcome = Exclude<OutcomeKind, "ok">;
+type ErrorOutcome = Exclude<OutcomeKind, "ok">;
 
-export interface ErrorRow {
+interface ErrorRow {
   readonly status: number;
   readonly retryable: boolean;
   readonly retryAfter: RetryAfterRule;

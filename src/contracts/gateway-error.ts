@@ -16,7 +16,7 @@ export function retryAfter(secs: number): string {
   return String(Math.min(Math.ceil(secs), MAX_RETRY_AFTER_SECS));
 }
 
-export interface GatewayErrorOptions {
+interface GatewayErrorOptions {
   /** The request field at fault (OpenAI's `param`). */
   param?: string | undefined;
   /** For rows whose Retry-After is `computed`. */

@@ -7,7 +7,7 @@
 import type { AdmissionBackend } from "./admission-backend.js";
 
 /** How admitted requests' waits for a worker with room ended, counted per pool. */
-export interface RoomWaitCounts {
+interface RoomWaitCounts {
   /** Waiting now. */
   readonly now: number;
   readonly dispatched: number;
@@ -16,7 +16,7 @@ export interface RoomWaitCounts {
   readonly noWorker: number;
 }
 
-export interface PoolWorkersView {
+interface PoolWorkersView {
   readonly members: readonly { readonly inflight: number }[];
   readonly healthy: readonly unknown[];
   readonly roomWaits: RoomWaitCounts;

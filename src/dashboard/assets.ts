@@ -13,7 +13,7 @@ import { fileURLToPath } from "node:url";
 import { GatewayError } from "../contracts/gateway-error.js";
 import { sendError } from "../gateway/http/http-errors.js";
 
-export const DASHBOARD_PATH = "/dashboard";
+const DASHBOARD_PATH = "/dashboard";
 
 const WEB_DIR = new URL("../../web/", import.meta.url);
 const require = createRequire(import.meta.url);
@@ -49,7 +49,7 @@ const ASSETS: ReadonlyMap<string, Asset> = new Map([
 ]);
 
 /** Only this origin's scripts, styles and connections; no inline script or style, no framing. */
-export const DASHBOARD_CSP =
+const DASHBOARD_CSP =
   "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self'; connect-src 'self'; " +
   "base-uri 'none'; form-action 'none'; frame-ancestors 'none'";
 

@@ -31,7 +31,7 @@ import {
   WAIT_WINDOW_MS,
 } from "./snapshot.js";
 
-export interface DashboardOptions {
+interface DashboardOptions {
   /** Sampling and update period (default 1000 ms). */
   intervalMs?: number;
   /** Comment frames on every stream this often (default 15 s). */

@@ -7,7 +7,7 @@
 import type { PriorityClass } from "@sluice/scheduler/core/class.js";
 import type { OutcomeRecord, OutcomeSink } from "../contracts/outcome.js";
 
-export const DEFAULT_REJECTIONS_KEPT = 50;
+const DEFAULT_REJECTIONS_KEPT = 50;
 
 export interface Rejection {
   /** Arrival, epoch ms. */
@@ -20,7 +20,7 @@ export interface Rejection {
   code: string;
 }
 
-export interface CodeCount {
+interface CodeCount {
   /** The status this code was last answered with. */
   status: number;
   total: number;

@@ -38,7 +38,7 @@ export const OUTCOME_WINDOW_MS = 5_000;
 export const WAIT_WINDOW_MS = 60_000;
 export const TENANT_WINDOW_MS = 60_000;
 /** Tenant rows sent at most (the busiest first). */
-export const TENANT_ROWS = 50;
+const TENANT_ROWS = 50;
 
 /** What the snapshot reads: the gateway's live parts (DashboardParts in src/gateway/admin/dashboard-port.ts). */
 export interface DashboardSources {
@@ -67,7 +67,7 @@ export interface DashboardSources {
   ledger: { status(): LedgerStatus; recentUsage(): RecentUsageRead } | undefined;
 }
 
-export interface SheddingView {
+interface SheddingView {
   /** off: not configured; idle: configured, admitting everything; shedding: refusing some arrivals. */
   state: "off" | "idle" | "shedding";
   /** One line for the header. */
@@ -86,21 +86,21 @@ export interface ClassRow {
   pressure: number;
 }
 
-export interface Percentiles {
+interface Percentiles {
   count: number;
   p50_ms: number | null;
   p90_ms: number | null;
   p99_ms: number | null;
 }
 
-export interface BudgetUse {
+interface BudgetUse {
   budget: "tokens_per_minute" | "budget_tokens" | "budget_cost_usd";
   limit: number;
   used: number;
   remaining: number;
 }
 
-export interface TenantRow {
+interface TenantRow {
   /** The tenant key, or `other` for the tenants past the metrics' top N. */
   tenant: string;
   /** Fair-share weight (1 without a policy); null for `other`. */
@@ -122,7 +122,7 @@ export interface ChartPoint {
   by_status: Record<string, number>;
 }
 
-export interface LedgerHour {
+interface LedgerHour {
   since_ms: number | null;
   read_at_ms: number | null;
   error: string | null;

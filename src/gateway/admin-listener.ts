@@ -14,7 +14,7 @@ import type { Fleet } from "./start-pools.js";
 import type { TenantActivity } from "./tenancy/tenant-activity.js";
 
 /** The gateway's parts plugDashboard gathers the DashboardParts from. */
-export interface PartsForDashboard {
+interface PartsForDashboard {
   readonly metrics: SluiceMetrics;
   readonly fleet: Fleet;
   readonly activity: TenantActivity;

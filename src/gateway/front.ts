@@ -19,7 +19,7 @@ import { Lease, type LeaseContext } from "./request/lease.js";
 import { type LifecycleContext, runLifecycle } from "./request/lifecycle.js";
 import type { ShutdownList } from "./shutdown.js";
 
-export interface Front {
+interface Front {
   readonly url: string;
   readonly port: number;
   /** Resolves when every request received so far has finished, or after `ms`. */

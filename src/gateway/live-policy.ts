@@ -13,7 +13,7 @@ import type { GatewayOptions } from "./options.js";
 import { TenantResolver } from "./tenancy/tenants.js";
 
 /** What a reload updates besides the policy itself. */
-export interface ReloadTargets {
+interface ReloadTargets {
   readonly admission: FleetAdmission;
   readonly budgets: BudgetBook;
 }

@@ -18,7 +18,7 @@ import { OutputLengths } from "./request/output-lengths.js";
 import type { Fleet } from "./start-pools.js";
 import type { TenantActivity } from "./tenancy/tenant-activity.js";
 
-export interface RequestParts {
+interface RequestParts {
   readonly options: GatewayOptions;
   readonly fleet: Fleet;
   readonly policy: LivePolicy;

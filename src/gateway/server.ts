@@ -36,7 +36,7 @@ import { gatewayStatus } from "./status.js";
 import { TenantActivity } from "./tenancy/tenant-activity.js";
 
 /** What the embedder plugs in: parts that live above the gateway, or outside it. */
-export interface GatewayPlugins<D extends GatewayDashboard = GatewayDashboard> {
+interface GatewayPlugins<D extends GatewayDashboard = GatewayDashboard> {
   /** Records every finished request's outcome (before the ledger and the dashboard do). */
   outcomes?: OutcomeSink | undefined;
   /** Builds the dashboard the admin listener serves (`createDashboard` of src/dashboard). */

@@ -24,7 +24,7 @@ export const STOP_STAGES = [
   "tracing",
 ] as const;
 
-export type StopStage = (typeof STOP_STAGES)[number];
+type StopStage = (typeof STOP_STAGES)[number];
 
 type StopStep = () => void | Promise<void>;
 

@@ -10,7 +10,7 @@ import type { GatewayOptions } from "./options.js";
 import type { Fleet } from "./start-pools.js";
 import type { TenantActivity } from "./tenancy/tenant-activity.js";
 
-export interface StatusSources {
+interface StatusSources {
   readonly options: GatewayOptions;
   readonly fleet: Fleet;
   readonly activity: TenantActivity;

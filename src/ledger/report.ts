@@ -55,7 +55,7 @@ export function parseSince(raw: string, now = Date.now()): number {
 }
 
 /** Cost is rounded to a hundredth of a cent in every format (table, CSV, JSON). */
-export const COST_DECIMALS = 4;
+const COST_DECIMALS = 4;
 
 /** How the table and CSV print the report's fractional columns. */
 export const REPORT_DECIMALS: Readonly<Record<string, number>> = { cost_usd: COST_DECIMALS };

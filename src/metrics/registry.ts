@@ -34,7 +34,7 @@ export const QUEUE_WAIT_BUCKETS: readonly number[] = Object.freeze([
   0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 15, 30, 60, 120, 300,
 ]);
 
-export const UPSTREAM_ERROR_KINDS = [
+const UPSTREAM_ERROR_KINDS = [
   "connect",
   "reset",
   "timeout",
@@ -44,7 +44,7 @@ export const UPSTREAM_ERROR_KINDS = [
 ] as const;
 export type UpstreamErrorKind = (typeof UPSTREAM_ERROR_KINDS)[number];
 
-export const ADMISSION_MODES = ["scheduler", "legacy"] as const;
+const ADMISSION_MODES = ["scheduler", "legacy"] as const;
 export type AdmissionMode = (typeof ADMISSION_MODES)[number];
 
 /** The contract's metric names (reference, section Metrics). */
@@ -74,7 +74,7 @@ export const GATEWAY_METRIC_NAMES = {
   budgetRemaining: "sluice_budget_remaining",
 } as const;
 
-export interface MetricsOptions {
+interface MetricsOptions {
   /** Tenants that keep their own label on tenant-labelled metrics (default 32; 0: all `other`). */
   tenantMetricTopN?: number;
   /** Registry to register into (default: a new one). Never defaults to prom-client's global registry. */

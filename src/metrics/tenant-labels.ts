@@ -46,7 +46,7 @@ export const OTHER_TENANT = "other";
 /** The seed's default for `--priority-scheduler-tenant-metric-top-n`. */
 export const DEFAULT_TENANT_METRIC_TOP_N = 32;
 
-export interface TenantLabelerOptions {
+interface TenantLabelerOptions {
   /** Tenants that keep their own label (default 32). 0: every tenant is `other`. */
   topN?: number;
   /** Tenants whose traffic is tracked (default max(16, 4 * topN); 0 when topN is 0). Must be >= topN. */
@@ -57,7 +57,7 @@ export interface TenantLabelerOptions {
   hysteresis?: number;
 }
 
-export type DemoteListener = (tenant: string) => void;
+type DemoteListener = (tenant: string) => void;
 
 interface Entry {
   tenant: string;

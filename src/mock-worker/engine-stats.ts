@@ -22,7 +22,7 @@ export interface FinishedRequest {
 }
 
 /** Bucket bounds of the histograms an engine keeps, in seconds (or tokens). */
-export interface HistogramBounds {
+interface HistogramBounds {
   readonly timeToFirstToken: readonly number[];
   readonly queueTime: readonly number[];
   readonly e2eLatency: readonly number[];

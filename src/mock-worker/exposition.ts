@@ -4,7 +4,7 @@
  * are written as Go floats (`1.0`, `0.25`, `+Inf`); a histogram's `le` label comes after the others.
  */
 
-export type MetricType = "gauge" | "counter" | "histogram";
+type MetricType = "gauge" | "counter" | "histogram";
 
 /** One metric family as an engine declares it. */
 export interface FamilyDefinition {
@@ -49,7 +49,7 @@ export interface Series {
 }
 
 /** Go's float formatting as prometheus_client uses it: integers keep a `.0`. */
-export function goFloat(value: number): string {
+function goFloat(value: number): string {
   if (value === Number.POSITIVE_INFINITY) return "+Inf";
   if (value === Number.NEGATIVE_INFINITY) return "-Inf";
   if (Number.isNaN(value)) return "NaN";

@@ -21,7 +21,7 @@ import { endStream, SSE_HEADERS, writeEvent } from "./sse.js";
 export type JobFault = { kind: "hang" } | { kind: "die-mid-stream"; afterTokens: number };
 
 /** Told once a job has completed (not when it was aborted). */
-export type JobObserver = (request: FinishedRequest) => void;
+type JobObserver = (request: FinishedRequest) => void;
 
 export class Job implements BatchEntry, TokenSink {
   private generation: Generation | undefined;

@@ -5,6 +5,7 @@
 import { ENGINES, type Engine } from "./engine-view.js";
 import type { PrefixCacheCounters } from "./prefix-cache.js";
 import type { CapacityCounters, ReceivedRequest } from "./tracking.js";
+import { VLLM_DEFAULT_BLOCK_SIZE } from "./vllm-signals.js";
 
 export type { CapacityCounters, ReceivedRequest } from "./tracking.js";
 
@@ -183,7 +184,7 @@ export interface MockWorker {
   close(): Promise<void>;
 }
 
-export type ResolvedOptions = Required<Omit<MockWorkerOptions, "engine" | "kvTokens">> & {
+type ResolvedOptions = Required<Omit<MockWorkerOptions, "engine" | "kvTokens">> & {
   engine: Engine | undefined;
   /** Undefined = no KV model. */
   kvTokens: number | undefined;
@@ -199,7 +200,7 @@ export function resolveOptions(opts: MockWorkerOptions = {}): ResolvedOptions {
   const resolved: ResolvedOptions = {
     engine,
     kvTokens: opts.kvTokens ?? (engine === undefined ? undefined : maxRunningRequests * contextLength),
-    kvBlockSize: opts.kvBlockSize ?? (engine === "vllm" ? 16 : 1),
+    kvBlockSize: opts.kvBlockSize ?? (engine === "vllm" ? VLLM_DEFAULT_BLOCK_SIZE : 1),
     port: opts.port ?? 0,
     host: opts.host ?? "127.0.0.1",
     maxRunningRequests,

@@ -42,7 +42,7 @@ function family(name: string, type: FamilyDefinition["type"], help: string): Fam
   return { name, type, help, labelNames: LABELS };
 }
 
-export const SGLANG_FAMILIES = {
+const SGLANG_FAMILIES = {
   running: family("sglang:num_running_reqs", "gauge", "Requests running."),
   usedTokens: family("sglang:num_used_tokens", "gauge", "KV tokens in use."),
   tokenUsage: family("sglang:token_usage", "gauge", "KV token pool usage, 0..1."),

@@ -61,7 +61,7 @@ function family(name: string, type: FamilyDefinition["type"], help: string, extr
   return { name, type, help, labelNames: [...LABELS, ...extra] };
 }
 
-export const VLLM_FAMILIES = {
+const VLLM_FAMILIES = {
   running: family("vllm:num_requests_running", "gauge", "Requests in the running batch."),
   waiting: family("vllm:num_requests_waiting", "gauge", "Requests waiting for a running slot or KV."),
   gpuCacheUsage: family(
@@ -104,7 +104,7 @@ export const VLLM_FAMILIES = {
 const FINISH_REASONS = ["stop", "length", "abort"] as const;
 
 /** The `vllm:cache_config_info` labels: CacheConfig fields as Python's str() writes them. */
-export function cacheConfigLabels(view: EngineView): Labels {
+function cacheConfigLabels(view: EngineView): Labels {
   return {
     block_size: String(view.kv.blockSize),
     gpu_memory_utilization: "0.9",

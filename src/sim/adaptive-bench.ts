@@ -20,7 +20,7 @@ import type { PolicyReport, Report } from "./report.js";
 import { loadScenario, type Scenario } from "./scenario.js";
 import { classSummaries } from "./table.js";
 
-export const ADAPTIVE_SCENARIOS = [
+const ADAPTIVE_SCENARIOS = [
   "adaptive-staged-load",
   "adaptive-slow-worker",
   "adaptive-mix-shift",
@@ -79,7 +79,7 @@ const SEEDS = [1, 2, 3] as const;
  * Pinned limits swept for the best-fixed-limit reference: what an operator who knew each phase in
  * advance could do with one static number (the same arrivals, the same shedding).
  */
-export const FIXED_LIMITS = [
+const FIXED_LIMITS = [
   16, 20, 24, 28, 32, 36, 40, 44, 48, 56, 64, 72, 80, 88, 96, 112, 128, 144, 160, 192, 224, 256, 288, 320,
   384, 448, 512,
 ] as const;
@@ -96,7 +96,7 @@ function meetsTpotBound(w: CapacityWindow): boolean {
  * Per phase, the pinned limit with the most goodput among those that keep the TPOT bound (static
  * capacity at that pin for the whole run), or undefined when no pin keeps it.
  */
-export async function bestFixedLimits(
+async function bestFixedLimits(
   scenario: Scenario,
   windows: string[],
   limits: readonly number[] = FIXED_LIMITS,
@@ -113,7 +113,7 @@ export async function bestFixedLimits(
   return best;
 }
 
-export function adaptiveTable(rows: Row[], experiment: string | undefined): string {
+function adaptiveTable(rows: Row[], experiment: string | undefined): string {
   const policyCols = [
     "limit (range)",
     "converged",

@@ -15,7 +15,7 @@ import { OUTCOME_INDEX, type RequestLog } from "./log.js";
 import type { RunResult } from "./run.js";
 import type { Scenario } from "./scenario.js";
 
-export interface CapacityClassWindow {
+interface CapacityClassWindow {
   goodput_rps: number;
   /** SLO windows after convergence with p99 TPOT within the class's tpot_ms, of those with a sample. */
   tpot_slo_attainment: number | null;
@@ -47,7 +47,7 @@ export interface SloWindows {
 }
 
 /** The band around the final median a converged limit stays in. */
-export const CONVERGENCE_BAND = 0.2;
+const CONVERGENCE_BAND = 0.2;
 
 function round(x: number, digits = 3): number {
   const f = 10 ** digits;

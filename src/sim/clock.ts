@@ -87,7 +87,7 @@ export class EventQueue {
 }
 
 /** How late a scheduler timer fires after its deadline, ms (see SimClock.setTimer). */
-export const TIMER_SLACK_MS = 1e-6;
+const TIMER_SLACK_MS = 1e-6;
 
 /** The core's Clock on virtual time: `now()` is the time of the event being processed. */
 export class SimClock implements Clock {

@@ -7,7 +7,7 @@ import { rename, rm, writeFile } from "node:fs/promises";
 import type { AttemptRow } from "./run.js";
 import type { PolicyName } from "./scenario.js";
 
-export const EXPORT_COLUMNS = [
+const EXPORT_COLUMNS = [
   "policy",
   "request_id",
   "tenant",
@@ -38,7 +38,7 @@ function cell(v: string): string {
   return /[",\r\n]/.test(v) ? `"${v.replace(/"/g, '""')}"` : v;
 }
 
-export function attemptsCsv(runs: readonly { policy: PolicyName; rows: readonly AttemptRow[] }[]): string {
+function attemptsCsv(runs: readonly { policy: PolicyName; rows: readonly AttemptRow[] }[]): string {
   const out: string[] = [EXPORT_COLUMNS.join(",")];
   for (const { policy, rows } of runs) {
     for (const r of rows) {

@@ -24,7 +24,7 @@ export interface Window {
   toMs: number;
 }
 
-export class FairnessWindow {
+class FairnessWindow {
   /** Tokens dispatched per member while every member was backlogged. */
   readonly service: Float64Array;
   /** Milliseconds during which every member was backlogged. */

@@ -12,7 +12,7 @@ export type { Report } from "./report.js";
 export type { PolicyName, Scenario, ScenarioOverrides } from "./scenario.js";
 export { loadScenario, resolveScenario } from "./scenario.js";
 
-export interface SimulateOptions extends RunOptions {
+interface SimulateOptions extends RunOptions {
   /** Called once per policy run with the number of events it processed. */
   onRunDone?: ((policy: PolicyName, info: { events: number }) => void) | undefined;
   /** With `attempts`: each policy's rows, once its run is done (the report does not keep them). */

@@ -17,14 +17,14 @@ import { OUTCOME_INDEX } from "./log.js";
 import { runPolicy } from "./run.js";
 import type { ResolvedPhase, ResolvedTenant, Scenario } from "./scenario.js";
 
-export interface KneePoint {
+interface KneePoint {
   concurrency: number;
   throughput_rps: number;
   tpot_p50_ms: number | null;
   tpot_p99_ms: number | null;
 }
 
-export interface KneeResult {
+interface KneeResult {
   phase: string | null;
   slo_ms: number;
   points: KneePoint[];
@@ -33,7 +33,7 @@ export interface KneeResult {
   peak: { concurrency: number; throughput_rps: number };
 }
 
-export interface KneeOptions {
+interface KneeOptions {
   /** Take the rates, slowdowns and failures of this phase. */
   phase?: string | undefined;
   /** TPOT SLO, ms (default: the lowest tpot_ms of the classes the tenants send). */

@@ -51,7 +51,7 @@ export interface WorkerProfile {
   attnPrefillUs?: number | undefined;
 }
 
-export interface NamedProfile extends WorkerProfile {
+interface NamedProfile extends WorkerProfile {
   description: string;
   source: string;
   /** The hardware and model figures the KV capacity and attention cost come from (absent: given directly). */
@@ -59,7 +59,7 @@ export interface NamedProfile extends WorkerProfile {
 }
 
 /** The figures the KV cache and attention cost are derived from. */
-export interface Hardware {
+interface Hardware {
   gpus: number;
   /** Memory per GPU, GiB. */
   gpuMemGiB: number;
@@ -103,7 +103,7 @@ export function kvTokensOf(h: Hardware): number {
  * cache, memory-bound), and per (query, key) pair a prefill computes (4 x layers x heads x head dim
  * FLOPs, compute-bound). Both spread over the tensor-parallel GPUs.
  */
-export function attentionCost(h: Hardware): { decodeUsPerToken: number; prefillUsPerPair: number } {
+function attentionCost(h: Hardware): { decodeUsPerToken: number; prefillUsPerPair: number } {
   const bytesPerUs = h.gpus * h.hbmTBs * 1e6 * HBM_EFFICIENCY;
   const flopsPerUs = h.gpus * h.tflops * 1e6 * FLOPS_EFFICIENCY;
   return {

@@ -14,7 +14,7 @@ import { loadScenario, type PolicyName } from "./scenario.js";
 import { reportCharts } from "./svg.js";
 
 /** The benchmark's scenarios, in the order of the table. */
-export const QUALITY_SCENARIOS = [
+const QUALITY_SCENARIOS = [
   "steady-mixed",
   "bulk-flood",
   "noisy-neighbour",
@@ -38,7 +38,7 @@ const POLICIES: PolicyName[] = ["fifo", "strict", "sluice"];
 const root = (p: string) => fileURLToPath(new URL(`../../${p}`, import.meta.url));
 
 /** A measured value in the unit of its metric. */
-export function formatValue(metric: string, value: number | null): string {
+function formatValue(metric: string, value: number | null): string {
   if (value === null) return "n/a";
   if (metric.endsWith("_ms"))
     return value >= 10000 ? `${(value / 1000).toFixed(1)} s` : `${value.toFixed(value < 10 ? 1 : 0)} ms`;
@@ -51,7 +51,7 @@ function cell(metric: string, value: number | null, pass: boolean): string {
   return `${pass ? "✓" : "✗"} ${formatValue(metric, value)}`;
 }
 
-export function qualityTable(reports: Report[]): string {
+function qualityTable(reports: Report[]): string {
   const rows: string[] = [
     "| Scenario | Check | fifo | strict | sluice |",
     "| --- | --- | ---: | ---: | ---: |",
@@ -69,7 +69,7 @@ export function qualityTable(reports: Report[]): string {
   return rows.join("\n");
 }
 
-export function summaryRow(reports: Report[]): string {
+function summaryRow(reports: Report[]): string {
   const rows = ["| Scenario | fifo | strict | sluice |", "| --- | ---: | ---: | ---: |"];
   const totals = POLICIES.map(() => [0, 0]);
   for (const r of reports) {

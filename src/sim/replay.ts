@@ -15,7 +15,7 @@ import { closeSync, openSync, readSync } from "node:fs";
 import { StringDecoder } from "node:string_decoder";
 import { ConfigError } from "@sluice/scheduler/core/errors.js";
 
-export interface ReplaySpec {
+interface ReplaySpec {
   path: string;
   timestamp?: string | undefined;
   promptTokens?: string | undefined;
@@ -429,7 +429,7 @@ function readReplay(fd: number, absPath: string, spec: ReplaySpec, label: string
  * first after a system prompt every conversation shares, so a conversation's turns, which share
  * their prefix, stay in one part), else its only block, else its row number in the file.
  */
-export function splitKey(blocks: readonly number[], from: number, to: number, row: number): number {
+function splitKey(blocks: readonly number[], from: number, to: number, row: number): number {
   const key = to - from >= 2 ? blocks[from + 1]! : to > from ? blocks[from]! : row;
   return Math.abs(Math.floor(key));
 }

@@ -27,7 +27,7 @@ import { OUTCOME_INDEX, OUTCOMES, type Outcome, REJECTIONS as REJECTION_CODES } 
 import { type RunResult, tenantClasses, tenantWeight, windowsOf } from "./run.js";
 import type { Expectation, PolicyName, Scenario } from "./scenario.js";
 
-export const REPORT_VERSION = 1;
+const REPORT_VERSION = 1;
 
 export function round(x: number, digits = 3): number {
   if (!Number.isFinite(x)) return x;
@@ -68,7 +68,7 @@ export function jain(xs: number[]): number | null {
   return s2 > 0 ? (s * s) / (xs.length * s2) : null;
 }
 
-export interface GroupStats {
+interface GroupStats {
   requests: number;
   completed: number;
   rejected: Partial<Record<Outcome, number>>;
@@ -85,7 +85,7 @@ export interface GroupStats {
   e2e_ms: Latency;
 }
 
-export interface FairnessReport {
+interface FairnessReport {
   tenants: Record<string, { weight: number; tokens: number; share: number | null; expected_share: number }>;
   backlogged_s: number;
   share_error: number | null;
@@ -118,7 +118,7 @@ export interface ExpectationResult {
 /** A group's figures with the requests its admission gate let in (fast or after queueing). */
 export type PoolStats = GroupStats & { admitted: number };
 
-export interface ControllerReport {
+interface ControllerReport {
   limit: number;
   phase: string;
   tpot_baseline_ms: number | null;
@@ -472,7 +472,7 @@ function measure(
   return MEASURES[metric](m) ?? null;
 }
 
-export function policyReport(scenario: Scenario, run: RunResult): PolicyReport {
+function policyReport(scenario: Scenario, run: RunResult): PolicyReport {
   const log = run.log;
   const durationS = scenario.durationMs / 1000;
   const windows = windowsOf(scenario);

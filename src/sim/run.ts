@@ -154,7 +154,7 @@ interface PoolRun {
 }
 
 /** Per bucket, one pool's capacity (its gate's, or its healthy workers' under a fleet gate), in flight and queued. */
-export interface PoolSeries {
+interface PoolSeries {
   capacity: number[];
   inflight: number[];
   queued: number[];
@@ -188,14 +188,14 @@ export interface Series {
 }
 
 /** How the run's capacity was set, and the controller's and shedding's last state. */
-export interface CapacityRun {
+interface CapacityRun {
   mode: "static" | "adaptive";
   controller: AdaptiveLimitSnapshot | undefined;
   shedding: LoadSheddingStatus | undefined;
 }
 
 /** One pool's figures beyond the request log. */
-export interface PoolRunResult {
+interface PoolRunResult {
   name: string;
   series: PoolSeries;
   /** Its own gate's capacity mode and controller (sluice policies), else undefined. */

@@ -37,17 +37,17 @@ import { type LengthSpec, loadTrace, type Trace } from "./workload.js";
 export const POLICY_NAMES = ["fifo", "strict", "sluice", "sluice-adaptive"] as const;
 export type PolicyName = (typeof POLICY_NAMES)[number];
 /** The policies a scenario runs when it lists none. */
-export const DEFAULT_POLICIES: readonly PolicyName[] = ["fifo", "strict", "sluice"];
+const DEFAULT_POLICIES: readonly PolicyName[] = ["fifo", "strict", "sluice"];
 /** Policies that run sluice's core (budgets, the tenant policy, shedding, adaptive capacity). */
 export const SLUICE_POLICIES: readonly PolicyName[] = ["sluice", "sluice-adaptive"];
 
 export const CAPACITY_MODES = ["static", "adaptive"] as const;
 export type CapacityMode = (typeof CAPACITY_MODES)[number];
 
-export const ROUTINGS = ["least_loaded", "round_robin", "power_of_two"] as const;
+const ROUTINGS = ["least_loaded", "round_robin", "power_of_two"] as const;
 export type Routing = (typeof ROUTINGS)[number];
 
-export const METRICS = [
+const METRICS = [
   "weighted_share_error",
   "jain_index",
   "service_gap_vtc_ratio",
@@ -69,17 +69,17 @@ export const METRICS = [
 ] as const;
 export type MetricName = (typeof METRICS)[number];
 /** Metrics of the whole fleet: an expectation gives no class. */
-export const FLEET_METRICS: readonly MetricName[] = ["convergence_secs", "limit_median", "tpot_baseline_ms"];
+const FLEET_METRICS: readonly MetricName[] = ["convergence_secs", "limit_median", "tpot_baseline_ms"];
 /** Metrics over every class when an expectation gives none. */
-export const ANY_CLASS_METRICS: readonly MetricName[] = ["goodput_rps", "tpot_p99_ms"];
+const ANY_CLASS_METRICS: readonly MetricName[] = ["goodput_rps", "tpot_p99_ms"];
 /** Fairness among a class's tenants, kept per model pool. */
-export const FAIRNESS_METRICS: readonly MetricName[] = [
+const FAIRNESS_METRICS: readonly MetricName[] = [
   "weighted_share_error",
   "jain_index",
   "service_gap_vtc_ratio",
 ];
 /** Metrics an expectation may measure in one model's pool (`model:`); without a class, over its classes. */
-export const POOL_METRICS: readonly MetricName[] = [
+const POOL_METRICS: readonly MetricName[] = [
   ...FAIRNESS_METRICS,
   "queue_wait_p99_ms",
   "queue_wait_p50_ms",
@@ -363,7 +363,7 @@ const policySchema = z.strictObject({
   ...capacitySchemaShape(),
 });
 
-export const scenarioSchema = z.strictObject({
+const scenarioSchema = z.strictObject({
   name: z.string().optional(),
   description: z.string().optional(),
   seed: nonNegInt().optional(),
@@ -387,8 +387,6 @@ export const scenarioSchema = z.strictObject({
   expect: z.array(expectSchema).optional(),
   report: z.strictObject({ bucket: positiveSecs.optional(), slo_window: positiveSecs.optional() }).optional(),
 });
-
-export type ScenarioDoc = z.infer<typeof scenarioSchema>;
 
 /** The first zod issue as a ConfigError naming `label: path`. */
 function issueError(error: z.ZodError, label: string, doc: unknown): ConfigError {
@@ -432,7 +430,7 @@ function article(expected: string): string {
 }
 
 /** A readable default label for an expectation, e.g. "interactive p99 queue wait <= 100 ms during flood". */
-export function expectationLabel(
+function expectationLabel(
   metric: MetricName,
   cls: PriorityClass | undefined,
   min: number | undefined,
@@ -476,7 +474,7 @@ export function expectationLabel(
 
 // --- resolution --------------------------------------------------------------------------------
 
-export interface ResolvedWorker {
+interface ResolvedWorker {
   name: string;
   profileName: string;
   profile: WorkerProfile;
@@ -485,7 +483,7 @@ export interface ResolvedWorker {
 }
 
 /** A model pool: the workers that serve a connected group of models (gateway/pool-formation.ts). */
-export interface ScenarioPool {
+interface ScenarioPool {
   /** Its alphabetically first model. */
   name: string;
   /** Sorted. */
@@ -521,7 +519,7 @@ export interface ResolvedTenant {
   modelNamed: string | undefined;
 }
 
-export interface RetryPolicy {
+interface RetryPolicy {
   statuses: number[];
   /** Attempts in all, the first included. */
   maxAttempts: number;
@@ -529,7 +527,7 @@ export interface RetryPolicy {
 }
 
 /** Retry defaults: a client that re-sends 429 and 503 up to three attempts, after the Retry-After. */
-export const RETRY_DEFAULTS: RetryPolicy = { statuses: [429, 503], maxAttempts: 3, honorRetryAfter: true };
+const RETRY_DEFAULTS: RetryPolicy = { statuses: [429, 503], maxAttempts: 3, honorRetryAfter: true };
 
 export interface ResolvedPhase {
   name: string;
@@ -555,7 +553,7 @@ export interface Expectation {
   model: string | undefined;
 }
 
-export interface Slo {
+interface Slo {
   ttftMs?: number | undefined;
   tpotMs?: number | undefined;
   e2eMs?: number | undefined;
@@ -599,7 +597,7 @@ export interface Scenario {
   shedding: LoadSheddingOptions | undefined;
 }
 
-export interface CapacitySettings {
+interface CapacitySettings {
   mode: CapacityMode;
   /** Resolved bounds (adaptive_max_capacity defaults to the fleet's reported capacity). */
   minCapacity: number;
@@ -620,7 +618,7 @@ export interface ScenarioOverrides {
 }
 
 /** The model of workers that list no `models` and tenants that name none, when `default_model` is not given. */
-export const DEFAULT_MODEL = "default";
+const DEFAULT_MODEL = "default";
 
 const DEFAULT_SLO: Record<PriorityClass, Slo> = {
   system: { ttftMs: 1000, tpotMs: 100 },

@@ -79,7 +79,7 @@ interface StrictWaiter {
   done: boolean;
 }
 
-export interface StrictOptions {
+interface StrictOptions {
   capacity: number;
   classes: ClassSettingsTable;
   tenantPolicies: ReadonlyMap<string, TenantPolicy>;

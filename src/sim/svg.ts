@@ -6,7 +6,7 @@ import { PRIORITY_CLASSES, type PriorityClass } from "@sluice/scheduler/core/cla
 import type { Report } from "./report.js";
 import type { PolicyName } from "./scenario.js";
 
-export const CLASS_COLORS: Record<PriorityClass, string> = {
+const CLASS_COLORS: Record<PriorityClass, string> = {
   system: "#6a3d9a",
   interactive: "#1f78b4",
   default: "#33a02c",
@@ -51,7 +51,7 @@ export function ticks(max: number, count = 5): number[] {
 }
 
 /** Ticks on a time axis in seconds, at round clock steps, within [0, max]. */
-export function timeTicks(max: number): number[] {
+function timeTicks(max: number): number[] {
   const steps = [1, 2, 5, 10, 15, 30, 60, 120, 300, 600, 900, 1800, 3600, 7200, 10800, 21600, 43200, 86400];
   const step = steps.find((s) => max / s <= 7) ?? 86400;
   const out: number[] = [];
@@ -76,21 +76,21 @@ function clock(s: number): string {
   return `${Math.round(s)}s`;
 }
 
-export interface Line {
+interface Line {
   name: string;
   color: string;
   values: number[];
   dashed?: boolean;
 }
 
-export interface Panel {
+interface Panel {
   title: string;
   x: number[];
   lines: Line[];
 }
 
 /** Averages (or takes the max of) buckets so a series has at most `limit` points. */
-export function downsample(
+function downsample(
   x: number[],
   ys: number[][],
   limit: number,
@@ -112,12 +112,7 @@ export function downsample(
 }
 
 /** Line panels side by side with a shared y axis (linear, or log10 from 1). */
-export function linePanels(
-  title: string,
-  yLabel: string,
-  panels: Panel[],
-  options: { log?: boolean } = {},
-): string {
+function linePanels(title: string, yLabel: string, panels: Panel[], options: { log?: boolean } = {}): string {
   const pw = 420;
   const ph = 240;
   const ml = 64;
@@ -198,14 +193,14 @@ export function linePanels(
   return `${out.join("\n")}\n`;
 }
 
-export interface BarGroup {
+interface BarGroup {
   label: string;
   bars: { name: string; value: number; color: string }[];
   /** A reference value drawn as a black tick across the group (e.g. the weight's share). */
   marker?: number | undefined;
 }
 
-export function groupedBars(title: string, yLabel: string, groups: BarGroup[], yMax?: number): string {
+function groupedBars(title: string, yLabel: string, groups: BarGroup[], yMax?: number): string {
   const bw = 26;
   const gap = 26;
   const ml = 64;

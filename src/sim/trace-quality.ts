@@ -50,7 +50,7 @@ export async function runVariant(s: Scenario, v: Variant): Promise<PolicyReport>
 }
 
 /** The scenario with every tenant's client retrying up to `attempts` times (those that retry). */
-export function withAttempts(s: Scenario, attempts: number): Scenario {
+function withAttempts(s: Scenario, attempts: number): Scenario {
   return {
     ...s,
     tenants: s.tenants.map((t) => ({ ...t, retry: t.retry && { ...t.retry, maxAttempts: attempts } })),
@@ -217,7 +217,7 @@ function engineNote(run: TraceRun): string {
   return `at ${run.speed}x the workers are busy ${pct(busy, 0)} of the time, with ${int(kv)} KV preemptions`;
 }
 
-export const FRONTIER_SECS = [0, 0.05, 0.1, 0.25, 0.5, 1];
+const FRONTIER_SECS = [0, 0.05, 0.1, 0.25, 0.5, 1];
 /** The larger client retry budget the frontier is also swept at (the scenarios' is 3). */
 const RETRY_BUDGET = 5;
 

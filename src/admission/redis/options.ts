@@ -4,7 +4,7 @@
  * `state_fail_mode`, `lease_ttl_secs`). Without a URL, admission and budgets stay in process.
  */
 export const STATE_FAIL_MODES = ["local", "closed"] as const;
-export type StateFailMode = (typeof STATE_FAIL_MODES)[number];
+type StateFailMode = (typeof STATE_FAIL_MODES)[number];
 
 export const DEFAULT_STATE_KEY_PREFIX = "sluice:";
 export const DEFAULT_LEASE_TTL_SECS = 10;

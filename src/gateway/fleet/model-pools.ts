@@ -41,7 +41,7 @@ export interface ModelPool extends PoolView {
 }
 
 /** Capacity of a pool as discovered: the sum over its healthy workers (0 when none is). */
-export class PoolCapacity implements CapacitySource {
+class PoolCapacity implements CapacitySource {
   private readonly notifier = new CapacityNotifier();
   private last = -1;
 

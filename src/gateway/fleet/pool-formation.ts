@@ -20,7 +20,7 @@ export type ServedModels =
 
 export const CATCH_ALL_POOL = "*";
 
-export interface FormedPool {
+interface FormedPool {
   /** The alphabetically first model, or `*` for the catch-all pool. */
   name: string;
   /** Sorted; empty for the catch-all pool. */

@@ -39,9 +39,9 @@ import type { HealthCheckOptions, WorkerPolicy, WorkerSpec } from "../options.js
 import type { ServedModels } from "./pool-formation.js";
 import { TokensPerEvent } from "./tokens-per-event.js";
 
-export const UNREPORTED_WORKER_CAPACITY = 64;
+const UNREPORTED_WORKER_CAPACITY = 64;
 /** A worker reporting more running requests than this is lying or misconfigured. */
-export const MAX_REPORTED_CAPACITY = 16_384;
+const MAX_REPORTED_CAPACITY = 16_384;
 
 export class Worker {
   readonly url: string;
@@ -266,7 +266,7 @@ export class WorkerGroup {
   }
 }
 
-export interface WorkerPoolOptions {
+interface WorkerPoolOptions {
   workers: WorkerSpec[];
   policy: WorkerPolicy;
   health: HealthCheckOptions;

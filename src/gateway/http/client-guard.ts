@@ -365,12 +365,12 @@ export function clientError(err: NodeJS.ErrnoException, carriedIn?: Buffer | und
   }
 }
 
-export interface GuardCounters {
+interface GuardCounters {
   /** Called with the answer's status for every answer written here (metrics). */
   answered(status: number): void;
 }
 
-export interface GuardOptions {
+interface GuardOptions {
   /**
    * At the connection cap, close the oldest connection that has not proven a credential
    * (markProven) to make room for the new one, instead of refusing the new one; refuse only when

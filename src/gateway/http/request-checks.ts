@@ -9,7 +9,7 @@ import { GatewayError } from "../../contracts/gateway-error.js";
  * More header lines than any real client sends; refused here (431) so that the answer does not
  * depend on the worker's or Node's own limits, which differ between Node lines.
  */
-export const MAX_HEADER_COUNT = 256;
+const MAX_HEADER_COUNT = 256;
 
 /** Throws a 400 GatewayError for a request the gateway will not forward. */
 export function checkRequest(req: IncomingMessage): void {

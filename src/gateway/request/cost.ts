@@ -29,7 +29,7 @@ export interface RequestEstimate {
 /** Used when no `max_cost_tokens` is configured and no worker reports its context length. */
 export const DEFAULT_MAX_COST_TOKENS = 131_072;
 /** Deeper `messages`/`prompt` structures than this are refused (no real request nests this far). */
-export const MAX_BODY_DEPTH = 32;
+const MAX_BODY_DEPTH = 32;
 
 const UNKNOWN: RequestEstimate = {
   cost: 1,

@@ -23,15 +23,15 @@ export const MAX_AGE_MS = 60 * 60_000;
 /** Answers a key needs before its quantile is used. */
 export const MIN_SAMPLES = 8;
 /** The quantile reserved. */
-export const QUANTILE = 0.95;
+const QUANTILE = 0.95;
 /** Tenant+model and model keys kept together. */
 export const MAX_KEYS = 1024;
 /** A key's quantile is recomputed at most this often without new answers (for samples aging out). */
 const RECOMPUTE_MS = 10_000;
 
-export type ReservationSource = "tenant" | "model" | "default" | "context";
+type ReservationSource = "tenant" | "model" | "default" | "context";
 
-export interface OutputReservation {
+interface OutputReservation {
   /** Output tokens reserved for one answer (choice). */
   tokens: number;
   source: ReservationSource;

@@ -13,7 +13,7 @@ import type { ApiKeySpec } from "../options.js";
 
 export const ANONYMOUS_TENANT = "anonymous";
 
-export interface TenantResolverOptions {
+interface TenantResolverOptions {
   apiKeys: ApiKeySpec[];
   trustedTenantHeader?: string | null | undefined;
   requireAuth: boolean;
