@@ -111,7 +111,9 @@ for (const kind of ["postgres", "duckdb"] as const) {
       assert.equal(counts!.n, 400, "every request is a row");
       assert.equal(counts!.keys, 400);
       assert.equal(counts!.ids, 1, "the client's id is stored as sent");
-      assert.ok((counts!.ms as number) < 400, "some requests shared a millisecond (the case that lost rows)");
+      // Whether two of these requests shared a millisecond (the case that lost rows) depends on the
+      // machine's speed; the next test writes rows that share client id and millisecond on purpose.
+      if ((counts!.ms as number) === 400) t.diagnostic("no two requests shared a millisecond on this run");
     });
 
     test("a retried batch is idempotent by the gateway's id; rows sharing client id and millisecond stay apart", async (t) => {
