@@ -27,8 +27,8 @@ import { Registry } from "prom-client";
 import { RedisAdmissionBackend } from "../src/admission/redis/backend.js";
 import { RedisFleet } from "../src/admission/redis/fleet.js";
 import { startMockWorker } from "../src/mock-worker/index.js";
-import { smallSchedulerYaml } from "../test/harness.js";
 import { listeningPort, startCli } from "../test/helpers/cli-process.js";
+import { smallSchedulerYaml } from "../test/helpers/harness.js";
 import { describeMachine, machine } from "./lib/report.js";
 import { fmtFixed, fmtInt } from "./lib/stats.js";
 

@@ -8,7 +8,7 @@
 import assert from "node:assert/strict";
 import { describe, test } from "node:test";
 import { StateKeys } from "../../src/admission/redis/keys.js";
-import { assertError, authFor, type Reply, smallSchedulerYaml, waitFor } from "../harness.js";
+import { assertError, authFor, type Reply, smallSchedulerYaml, waitFor } from "../helpers/harness.js";
 import { harnessKeys, startRedisFleet } from "./fleet.js";
 import { chat, redisOrSkip } from "./services.js";
 

@@ -6,7 +6,7 @@
  */
 import assert from "node:assert/strict";
 import { test } from "node:test";
-import { authFor, type Reply, smallSchedulerYaml, waitFor } from "../harness.js";
+import { authFor, type Reply, smallSchedulerYaml, waitFor } from "../helpers/harness.js";
 import { harnessKeys, startRedisFleet } from "./fleet.js";
 import { chat, leasesInRedis, queuedInRedis, redisOrSkip } from "./services.js";
 

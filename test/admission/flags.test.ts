@@ -8,8 +8,8 @@ import { hostname } from "node:os";
 import { describe, test } from "node:test";
 import { StateKeys } from "../../src/admission/redis/keys.js";
 import { parseGatewayArgs } from "../../src/cli/flags.js";
-import { writeTempFile } from "../harness.js";
 import { runCli } from "../helpers/cli-process.js";
+import { writeTempFile } from "../helpers/harness.js";
 
 const WORKER = ["--worker-urls", "http://127.0.0.1:1"];
 

@@ -8,7 +8,7 @@ import type { Redis } from "ioredis";
 import { stringify } from "yaml";
 import { sha256Hex } from "../../src/gateway/tenancy/tenants.js";
 import { type MockWorker, type MockWorkerOptions, startMockWorker } from "../../src/mock-worker/index.js";
-import { keyOf, writeTempFile } from "../harness.js";
+import { keyOf, writeTempFile } from "../helpers/harness.js";
 import { type Replica, redisClient, startReplica, stateArgs, statePrefix } from "./services.js";
 
 export interface RedisFleetSpec {

@@ -13,7 +13,7 @@ import assert from "node:assert/strict";
 import { describe, type TestContext, test } from "node:test";
 import { StateKeys } from "../../src/admission/redis/keys.js";
 import type { MockWorkerOptions } from "../../src/mock-worker/index.js";
-import { PROMPT_TOKENS, smallSchedulerYaml, waitFor } from "../harness.js";
+import { PROMPT_TOKENS, smallSchedulerYaml, waitFor } from "../helpers/harness.js";
 import { rawPost, tally, unlimitedChat, usageTotal } from "../helpers/money.js";
 import { startRedisFleet } from "./fleet.js";
 import { redisOrSkip } from "./services.js";

@@ -17,7 +17,7 @@ import {
   sendTo,
   smallSchedulerYaml,
   waitFor,
-} from "../harness.js";
+} from "../helpers/harness.js";
 import { startRedisFleet } from "./fleet.js";
 import { chat, leasesInRedis, privateRedis, type Replica, redisClient, sampleInflight } from "./services.js";
 

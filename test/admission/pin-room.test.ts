@@ -5,7 +5,7 @@
  */
 import assert from "node:assert/strict";
 import { test } from "node:test";
-import { assertOk, smallSchedulerYaml, waitFor } from "../harness.js";
+import { assertOk, smallSchedulerYaml, waitFor } from "../helpers/harness.js";
 import { startRedisFleet } from "./fleet.js";
 import { ADMIN_TOKEN, adminGet, chat, redisOrSkip } from "./services.js";
 

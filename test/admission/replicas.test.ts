@@ -6,7 +6,13 @@
  */
 import assert from "node:assert/strict";
 import { describe, type TestContext, test } from "node:test";
-import { assertError, type Reply, type SchedulerYamlSpec, smallSchedulerYaml, waitFor } from "../harness.js";
+import {
+  assertError,
+  type Reply,
+  type SchedulerYamlSpec,
+  smallSchedulerYaml,
+  waitFor,
+} from "../helpers/harness.js";
 import { type RedisFleetSpec, startRedisFleet } from "./fleet.js";
 import { adminGet, chat, leasesInRedis, queuedInRedis, redisOrSkip, sampleInflight } from "./services.js";
 

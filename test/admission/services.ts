@@ -13,8 +13,8 @@ import type { TestContext } from "node:test";
 import { Redis } from "ioredis";
 import { StateKeys } from "../../src/admission/redis/keys.js";
 import type { MockWorker } from "../../src/mock-worker/index.js";
-import { closedPort, type Reply, sendTo, waitFor } from "../harness.js";
 import { exited, listeningPort, startCli } from "../helpers/cli-process.js";
+import { closedPort, type Reply, sendTo, waitFor } from "../helpers/harness.js";
 
 export const REDIS_URL = process.env.REDIS_URL ?? "redis://127.0.0.1:6379";
 

@@ -4,7 +4,7 @@
  */
 import assert from "node:assert/strict";
 import { test } from "node:test";
-import { writeTempFile } from "../harness.js";
+import { writeTempFile } from "../helpers/harness.js";
 import { redisOrSkip, statePrefix } from "./services.js";
 import { checkStateSoak, formatStateSoak, runStateSoak } from "./soak.js";
 

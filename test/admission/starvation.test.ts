@@ -6,7 +6,13 @@
  */
 import assert from "node:assert/strict";
 import { type TestContext, test } from "node:test";
-import { authFor, type Reply, type SchedulerYamlSpec, smallSchedulerYaml, waitFor } from "../harness.js";
+import {
+  authFor,
+  type Reply,
+  type SchedulerYamlSpec,
+  smallSchedulerYaml,
+  waitFor,
+} from "../helpers/harness.js";
 import { harnessKeys, startRedisFleet } from "./fleet.js";
 import { chat, leasesInRedis, queuedInRedis, redisOrSkip } from "./services.js";
 

@@ -12,7 +12,7 @@ import { PACE_MIN_TAIL_TOKENS } from "../../src/capacity/adaptive.js";
 import type { AdaptiveTuning } from "../../src/capacity/adaptive-limit.js";
 import type { MockWorker, MockWorkerOptions } from "../../src/mock-worker/index.js";
 import { redisOrSkip, statePrefix } from "../admission/services.js";
-import { type Fleet, metric, schedulerDoc, startFleet } from "../harness.js";
+import { type Fleet, metric, schedulerDoc, startFleet } from "../helpers/harness.js";
 
 const KNEE = 8;
 const TPOT_SLO_MS = 12;

@@ -10,7 +10,14 @@
 import assert from "node:assert/strict";
 import { describe, test } from "node:test";
 import { ROOM_WAIT_MS } from "../../src/gateway/fleet/workers.js";
-import { assertError, assertOk, metric, smallSchedulerYaml, startFleet, waitFor } from "../harness.js";
+import {
+  assertError,
+  assertOk,
+  metric,
+  smallSchedulerYaml,
+  startFleet,
+  waitFor,
+} from "../helpers/harness.js";
 
 const SLOW = { "x-mock-ttft-ms": "800" };
 

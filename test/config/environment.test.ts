@@ -14,8 +14,8 @@ import {
   type OptionKey,
 } from "../../src/config/gateway-option-table.js";
 import { resolveOptionValues } from "../../src/config/option-layers.js";
-import { writeTempFile } from "../harness.js";
 import { runCli } from "../helpers/cli-process.js";
+import { writeTempFile } from "../helpers/harness.js";
 
 const W = ["--worker-urls", "http://127.0.0.1:1"];
 

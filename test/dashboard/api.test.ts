@@ -9,7 +9,7 @@ import assert from "node:assert/strict";
 import { describe, test } from "node:test";
 import { startGatewayWithDashboard } from "../../src/dashboard/gateway-with-dashboard.js";
 import { startMockWorker } from "../../src/mock-worker/index.js";
-import { assertError, captureLogger, FAST_WORKER, metric, sendTo, waitFor } from "../harness.js";
+import { assertError, captureLogger, FAST_WORKER, metric, sendTo, waitFor } from "../helpers/harness.js";
 import { rawExchange } from "../security/raw.js";
 import {
   dashboardFleet,

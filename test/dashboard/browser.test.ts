@@ -13,7 +13,7 @@ import { mkdir } from "node:fs/promises";
 import { join } from "node:path";
 import { describe, test } from "node:test";
 import type { Page } from "playwright-core";
-import { type Fleet, metric, type Scrape, waitFor } from "../harness.js";
+import { type Fleet, metric, type Scrape, waitFor } from "../helpers/harness.js";
 import { dashboardFleet, driveLoad, launchChromium, requestIdOf, TOKEN } from "./helpers.js";
 
 const OUTPUT_DIR = new URL("../../test-output/", import.meta.url).pathname;

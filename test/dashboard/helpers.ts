@@ -24,7 +24,7 @@ import {
   schedulerDoc,
   startFleet,
   waitFor,
-} from "../harness.js";
+} from "../helpers/harness.js";
 
 export const TOKEN = "dashboard-admin-token-0123456789";
 export const CHROMIUM = process.env.CHROMIUM_PATH ?? "/usr/bin/chromium";

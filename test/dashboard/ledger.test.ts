@@ -9,7 +9,7 @@ import { join } from "node:path";
 import { describe, type TestContext, test } from "node:test";
 import type { DashboardSnapshot } from "../../src/dashboard/snapshot.js";
 import type { LedgerTarget } from "../../src/ledger/target.js";
-import { assertOk, type Fleet, waitFor } from "../harness.js";
+import { assertOk, type Fleet, waitFor } from "../helpers/harness.js";
 import { postgresSchema, tempDir } from "../ledger/services.js";
 import { dashboardFleet, launchChromium, snapshotOf, TOKEN } from "./helpers.js";
 

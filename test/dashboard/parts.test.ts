@@ -18,7 +18,7 @@ import {
 } from "../../src/dashboard/samples.js";
 import type { DashboardSources } from "../../src/dashboard/snapshot.js";
 import { createMetrics, QUEUE_WAIT_BUCKETS } from "../../src/metrics/index.js";
-import { waitFor } from "../harness.js";
+import { waitFor } from "../helpers/harness.js";
 import { outcome } from "../ledger/services.js";
 import { openEvents, snapshotsIn } from "./helpers.js";
 

@@ -7,8 +7,8 @@ import assert from "node:assert/strict";
 import { spawnSync } from "node:child_process";
 import { join } from "node:path";
 import { type TestContext, test } from "node:test";
-import { writeTempFile } from "../harness.js";
 import { REPO_ROOT } from "../helpers/cli-process.js";
+import { writeTempFile } from "../helpers/harness.js";
 
 async function runSteps(t: TestContext, dockerfile: string) {
   const file = await writeTempFile(t, "Dockerfile", dockerfile);

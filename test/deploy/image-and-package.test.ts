@@ -19,8 +19,8 @@ import { mkdir, mkdtemp, rm } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { after, before, test } from "node:test";
-import { sendTo } from "../harness.js";
 import { exited, REPO_ROOT } from "../helpers/cli-process.js";
+import { sendTo } from "../helpers/harness.js";
 import { consumerLock, type PackageLock, type PackedManifest } from "./consumer-lock.js";
 import { gatewayPort, printed, type Run, run, startProcess } from "./processes.js";
 

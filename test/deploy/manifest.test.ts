@@ -12,8 +12,8 @@ import { test } from "node:test";
 import { parseAllDocuments } from "yaml";
 import { type MockWorker, startMockWorker } from "../../src/mock-worker/index.js";
 import { redisOrSkip, statePrefix } from "../admission/services.js";
-import { sendTo, writeTempFile } from "../harness.js";
 import { exited, REPO_ROOT } from "../helpers/cli-process.js";
+import { sendTo, writeTempFile } from "../helpers/harness.js";
 import { gatewayPort, startProcess } from "./processes.js";
 
 const MANIFEST = join(REPO_ROOT, "deploy/sluice-replicas.yaml");

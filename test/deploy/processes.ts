@@ -3,8 +3,8 @@
  * tests run npm installs and a TypeScript build beside the rest of the suite.
  */
 import { type ChildProcess, spawn } from "node:child_process";
-import { waitFor } from "../harness.js";
 import { exited } from "../helpers/cli-process.js";
+import { waitFor } from "../helpers/harness.js";
 
 export const START_TIMEOUT_MS = 90_000;
 

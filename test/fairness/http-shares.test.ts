@@ -15,7 +15,7 @@ import assert from "node:assert/strict";
 import { test } from "node:test";
 import { mulberry32 as prng } from "@sluice/scheduler/core/random.js";
 import { Agent } from "undici";
-import { sendTo, smallSchedulerYaml, startFleet } from "../harness.js";
+import { sendTo, smallSchedulerYaml, startFleet } from "../helpers/harness.js";
 
 const TENANTS = [
   { name: "a", weight: 1 },

@@ -12,7 +12,7 @@ import { DEFAULT_HEALTH } from "../../src/gateway/options.js";
 import { type Gateway, startGateway } from "../../src/gateway/server.js";
 import { sha256Hex } from "../../src/gateway/tenancy/tenants.js";
 import { type MockWorker, startMockWorker } from "../../src/mock-worker/index.js";
-import { type LogLine, parseScrape } from "../harness.js";
+import { type LogLine, parseScrape } from "../helpers/harness.js";
 import { TENANT_KEYS, TENANT_NAMES } from "./cases.js";
 import type { Segment } from "./raw-http.js";
 

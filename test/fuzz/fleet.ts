@@ -34,7 +34,7 @@ import { DEFAULT_HEALTH } from "../../src/gateway/options.js";
 import { type Gateway, startGateway } from "../../src/gateway/server.js";
 import { sha256Hex } from "../../src/gateway/tenancy/tenants.js";
 import { type MockWorker, startMockWorker } from "../../src/mock-worker/index.js";
-import { metric, parseScrape, smallSchedulerYaml } from "../harness.js";
+import { metric, parseScrape, smallSchedulerYaml } from "../helpers/harness.js";
 import {
   FUZZ_MAX_PAYLOAD,
   type FuzzCase,

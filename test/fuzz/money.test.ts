@@ -30,7 +30,7 @@ import type { OutcomeRecord } from "../../src/contracts/outcome.js";
 import { sha256Hex } from "../../src/gateway/tenancy/tenants.js";
 import { startRedisFleet } from "../admission/fleet.js";
 import { redisOrSkip } from "../admission/services.js";
-import { PROMPT_TOKENS, schedulerDoc, startFleet, waitFor } from "../harness.js";
+import { PROMPT_TOKENS, schedulerDoc, startFleet, waitFor } from "../helpers/harness.js";
 import { charged, type RawResponse, rawPost } from "../helpers/money.js";
 import { pgRows, postgresSchema } from "../ledger/services.js";
 

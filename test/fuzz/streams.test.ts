@@ -15,7 +15,7 @@ import assert from "node:assert/strict";
 import { describe, test } from "node:test";
 import fc from "fast-check";
 import { MAX_PENDING_BYTES, usageScannerStats } from "../../src/gateway/request/usage.js";
-import { type Fleet, smallSchedulerYaml, startFleet, waitFor } from "../harness.js";
+import { type Fleet, smallSchedulerYaml, startFleet, waitFor } from "../helpers/harness.js";
 import { rawChat } from "../security/raw.js";
 import {
   boundarylessStream,

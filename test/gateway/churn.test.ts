@@ -6,7 +6,7 @@
 import assert from "node:assert/strict";
 import { describe, test } from "node:test";
 import { request } from "undici";
-import { chatBody, smallSchedulerYaml, startFleet, waitFor } from "../harness.js";
+import { chatBody, smallSchedulerYaml, startFleet, waitFor } from "../helpers/harness.js";
 
 /** Small deterministic PRNG (mulberry32), so the traffic mix is the same on every run. */
 function prng(seed: number): () => number {

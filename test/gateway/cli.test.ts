@@ -8,8 +8,8 @@ import { createServer } from "node:net";
 import { describe, test } from "node:test";
 import { parseGatewayArgs } from "../../src/cli/flags.js";
 import { startMockWorker } from "../../src/mock-worker/index.js";
-import { sendTo, writeTempFile } from "../harness.js";
 import { exited, listeningPort, type Run, runCli, startCli } from "../helpers/cli-process.js";
+import { sendTo, writeTempFile } from "../helpers/harness.js";
 
 /** The contract's flags (reference, "CLI flags" and "Enabling the scheduler"). */
 const CONTRACT_FLAGS = [

@@ -14,7 +14,7 @@ import {
   smallSchedulerYaml,
   startFleet,
   waitFor,
-} from "../harness.js";
+} from "../helpers/harness.js";
 
 function errorLines(logs: LogLine[]): LogLine[] {
   return logs.filter((l) => l.level === LEVEL_ERROR);

@@ -20,7 +20,7 @@ import {
   smallSchedulerYaml,
   startFleet,
   waitFor,
-} from "../harness.js";
+} from "../helpers/harness.js";
 
 const INTERVAL_MS = 20;
 

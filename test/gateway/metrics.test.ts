@@ -4,7 +4,7 @@
  */
 import assert from "node:assert/strict";
 import { describe, test } from "node:test";
-import { assertOk, labelNames, metric, smallSchedulerYaml, startFleet, waitFor } from "../harness.js";
+import { assertOk, labelNames, metric, smallSchedulerYaml, startFleet, waitFor } from "../helpers/harness.js";
 import { CONTRACT_METRICS } from "../metrics/contract-metrics.js";
 
 const CLASSES = ["bulk", "default", "interactive", "system"];

@@ -5,7 +5,7 @@
 import assert from "node:assert/strict";
 import { describe, test } from "node:test";
 import OpenAI from "openai";
-import { smallSchedulerYaml, startFleet } from "../harness.js";
+import { smallSchedulerYaml, startFleet } from "../helpers/harness.js";
 
 const PARAMS = {
   model: "mock-llm",

@@ -6,7 +6,7 @@ import assert from "node:assert/strict";
 import { describe, test } from "node:test";
 import { stringify as stringifyYaml } from "yaml";
 import { sha256Hex } from "../../src/gateway/tenancy/tenants.js";
-import { chatBody, smallSchedulerYaml, startFleet, waitFor } from "../harness.js";
+import { chatBody, smallSchedulerYaml, startFleet, waitFor } from "../helpers/harness.js";
 import { rawExchange } from "../security/raw.js";
 
 describe("outcome records", () => {

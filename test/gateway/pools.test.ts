@@ -17,7 +17,7 @@ import {
   smallSchedulerYaml,
   startFleet,
   waitFor,
-} from "../harness.js";
+} from "../helpers/harness.js";
 
 const BIG = "llama-70b";
 const SMALL = "llama-8b";

@@ -18,7 +18,7 @@ import {
   sseData,
   startFleet,
   waitFor,
-} from "../harness.js";
+} from "../helpers/harness.js";
 
 const ODD_BODY =
   '{ "model" :"mock-llm",\n\t"messages" : [ {"role":"user",   "content":"hi  \\u00e9 there"} ] ,"max_tokens":5 ,' +

@@ -17,7 +17,7 @@ import {
   smallSchedulerYaml,
   startFleet,
   waitFor,
-} from "../harness.js";
+} from "../helpers/harness.js";
 
 /** One worker with a single running slot: gateway capacity 1. */
 const ONE_SLOT = [{ maxRunningRequests: 1 }];

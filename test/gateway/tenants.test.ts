@@ -13,7 +13,7 @@ import {
   smallSchedulerYaml,
   startFleet,
   waitFor,
-} from "../harness.js";
+} from "../helpers/harness.js";
 
 const ACME_KEY = "sk-test-acme-0123456789";
 const sha256 = (text: string) => createHash("sha256").update(text).digest("hex");

@@ -6,7 +6,14 @@
 import assert from "node:assert/strict";
 import { describe, test } from "node:test";
 import { UsageReader, withUsageRequested } from "../../src/gateway/request/usage.js";
-import { assertOk, normalizeIds, sendTo, smallSchedulerYaml, sseData, startFleet } from "../harness.js";
+import {
+  assertOk,
+  normalizeIds,
+  sendTo,
+  smallSchedulerYaml,
+  sseData,
+  startFleet,
+} from "../helpers/harness.js";
 
 const JSON_HEADERS = { "content-type": "application/json" };
 const STREAM_BODY =

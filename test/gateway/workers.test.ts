@@ -15,7 +15,7 @@ import {
   smallSchedulerYaml,
   startFleet,
   waitFor,
-} from "../harness.js";
+} from "../helpers/harness.js";
 
 const RESERVING_YAML = smallSchedulerYaml({
   classes: { system: { reserved_floor: 1 }, interactive: { reserved_floor: 1 } },

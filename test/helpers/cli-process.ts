@@ -1,7 +1,7 @@
 /** Runs the `sluice` command as a child process from the repository root (the CLI tests). */
 import { type ChildProcess, spawn } from "node:child_process";
 import { join } from "node:path";
-import { waitFor } from "../harness.js";
+import { waitFor } from "./harness.js";
 
 export const REPO_ROOT = new URL("../../", import.meta.url).pathname;
 

@@ -6,8 +6,8 @@
  * seen as sent.
  */
 import type { OutcomeRecord } from "../../src/contracts/outcome.js";
-import { PROMPT } from "../harness.js";
 import { type RawResponse, rawExchange } from "../security/raw.js";
+import { PROMPT } from "./harness.js";
 
 export type { RawResponse };
 

@@ -16,8 +16,8 @@ import { PostgresSink } from "../../src/ledger/postgres.js";
 import type { LedgerSink } from "../../src/ledger/sink.js";
 import { LedgerWriter } from "../../src/ledger/writer.js";
 import { startMockWorker } from "../../src/mock-worker/index.js";
-import { chatBody, sendTo, waitFor } from "../harness.js";
 import { exited, listeningPort, type Run, runCli, startCli } from "../helpers/cli-process.js";
+import { chatBody, sendTo, waitFor } from "../helpers/harness.js";
 import { duckRows, outcome, postgresSchema, tempDir } from "./services.js";
 
 const start = startCli;

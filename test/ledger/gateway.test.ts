@@ -27,7 +27,7 @@ import {
   smallSchedulerYaml,
   startFleet,
   waitFor,
-} from "../harness.js";
+} from "../helpers/harness.js";
 import { duckRows, pgRows, postgresSchema, ROOT, type Row, tempDir } from "./services.js";
 
 /** One worker with one running slot: capacity 1. */

@@ -15,8 +15,8 @@ import { DuckDbSink } from "../../src/ledger/duckdb.js";
 import { formatResult, terminalSafe } from "../../src/ledger/format.js";
 import { REPORT_NOTES } from "../../src/ledger/report.js";
 import { LedgerWriter } from "../../src/ledger/writer.js";
-import { smallSchedulerYaml, startFleet } from "../harness.js";
 import { type Run, runCli } from "../helpers/cli-process.js";
+import { smallSchedulerYaml, startFleet } from "../helpers/harness.js";
 import { outcome, tempDir } from "./services.js";
 
 const sluice = (...args: string[]): Promise<Run> => runCli(args);

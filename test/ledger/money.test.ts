@@ -21,7 +21,7 @@ import { type LedgerRow, toLedgerRow, USAGE_COLUMNS } from "../../src/ledger/row
 import type { LedgerSink } from "../../src/ledger/sink.js";
 import { sqlType } from "../../src/ledger/sql.js";
 import type { LedgerOptions } from "../../src/ledger/writer.js";
-import { schedulerDoc, startFleet, waitFor } from "../harness.js";
+import { schedulerDoc, startFleet, waitFor } from "../helpers/harness.js";
 import { rawPost, unlimitedChat } from "../helpers/money.js";
 import { duckRows, outcome, pgRows, postgresSchema, type Row, tempDir } from "./services.js";
 

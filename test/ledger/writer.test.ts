@@ -12,7 +12,7 @@ import { PostgresSink } from "../../src/ledger/postgres.js";
 import type { LedgerRow } from "../../src/ledger/row.js";
 import type { LedgerSink } from "../../src/ledger/sink.js";
 import { type LedgerOptions, LedgerWriter } from "../../src/ledger/writer.js";
-import { captureLogger, metric, scrape, waitFor } from "../harness.js";
+import { captureLogger, metric, scrape, waitFor } from "../helpers/harness.js";
 import { duckRows, outcome, pgRows, postgresSchema, type Row, tempDir } from "./services.js";
 
 class FakeSink implements LedgerSink {

@@ -19,7 +19,7 @@ import {
   SCHEDULER_METRIC_NAMES,
   type SluiceMetrics,
 } from "../../src/metrics/index.js";
-import { labelNames, metric, type Scrape, scrape } from "../harness.js";
+import { labelNames, metric, type Scrape, scrape } from "../helpers/harness.js";
 import { CONTRACT_METRICS } from "./contract-metrics.js";
 
 /**

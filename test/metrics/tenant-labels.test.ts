@@ -7,7 +7,7 @@ import {
   SCHEDULER_METRIC_NAMES,
   TenantLabeler,
 } from "../../src/metrics/index.js";
-import { labelValues, metric, scrape } from "../harness.js";
+import { labelValues, metric, scrape } from "../helpers/harness.js";
 
 const UNKNOWN = SCHEDULER_METRIC_NAMES.unknownPriority;
 const CLAMP = SCHEDULER_METRIC_NAMES.clamp;

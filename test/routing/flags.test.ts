@@ -7,7 +7,7 @@ import { describe, test } from "node:test";
 import { parseGatewayArgs } from "../../src/cli/flags.js";
 import { DEFAULT_BREAKER, DEFAULT_ROUTING } from "../../src/routing/options.js";
 import { DEFAULT_MAX_RETRIES } from "../../src/routing/retry.js";
-import { writeTempFile } from "../harness.js";
+import { writeTempFile } from "../helpers/harness.js";
 
 const W = ["--worker-urls", "http://w:1"];
 

@@ -19,7 +19,7 @@ import {
   smallSchedulerYaml,
   startFleet,
   waitFor,
-} from "../harness.js";
+} from "../helpers/harness.js";
 
 const BREAKER: BreakerOptions = {
   failures: 3,

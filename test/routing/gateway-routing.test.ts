@@ -6,7 +6,7 @@
  */
 import assert from "node:assert/strict";
 import { describe, test } from "node:test";
-import { type Doc, metric, type Reply, smallSchedulerYaml, startFleet, waitFor } from "../harness.js";
+import { type Doc, metric, type Reply, smallSchedulerYaml, startFleet, waitFor } from "../helpers/harness.js";
 
 const SYSTEM = "You are the support assistant of a bicycle shop. Be precise and kind. ".repeat(8);
 

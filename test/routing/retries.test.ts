@@ -22,7 +22,7 @@ import {
   retryableStatus,
   retryBackoffMs,
 } from "../../src/routing/retry.js";
-import { type Fleet, type FleetOptions, metric, sseData, startFleet, waitFor } from "../harness.js";
+import { type Fleet, type FleetOptions, metric, sseData, startFleet, waitFor } from "../helpers/harness.js";
 
 /** A worker the test scripts: healthy for the gateway's probes, `answer` for inference. */
 interface ScriptedWorker {

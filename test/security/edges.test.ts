@@ -11,7 +11,7 @@ import { stringify as stringifyYaml } from "yaml";
 import { MAX_RETRY_AFTER_SECS, retryAfter } from "../../src/contracts/gateway-error.js";
 import { sha256Hex } from "../../src/gateway/tenancy/tenants.js";
 import { startMockWorker } from "../../src/mock-worker/index.js";
-import { smallSchedulerYaml, startFleet, waitFor } from "../harness.js";
+import { smallSchedulerYaml, startFleet, waitFor } from "../helpers/harness.js";
 import { CHAT, parseResponses, type RawResponse, rawChat, rawExchange } from "./raw.js";
 
 const KEY = "client-key-1";

@@ -7,7 +7,7 @@ import assert from "node:assert/strict";
 import { createServer as createHttpServer } from "node:http";
 import { type AddressInfo, createServer, type Socket } from "node:net";
 import { describe, type TestContext, test } from "node:test";
-import { smallSchedulerYaml, startFleet, waitFor } from "../harness.js";
+import { smallSchedulerYaml, startFleet, waitFor } from "../helpers/harness.js";
 import { CHAT, rawChat, rawExchange } from "./raw.js";
 
 /** A TCP server that answers every connection with `onRequest(socket)` once a request arrived. */

@@ -17,7 +17,7 @@ import assert from "node:assert/strict";
 import { describe, test } from "node:test";
 import { parseGatewayArgs } from "../../src/cli/flags.js";
 import { sha256Hex as sha256 } from "../../src/gateway/tenancy/tenants.js";
-import { PROMPT_TOKENS, schedulerDoc, startFleet, waitFor, writeTempFile } from "../harness.js";
+import { PROMPT_TOKENS, schedulerDoc, startFleet, waitFor, writeTempFile } from "../helpers/harness.js";
 import { charged, rawPost, tally, unlimitedChat, usageTotal } from "../helpers/money.js";
 import { rawExchange } from "./raw.js";
 

@@ -10,7 +10,7 @@ import assert from "node:assert/strict";
 import { connect } from "node:net";
 import { describe, test } from "node:test";
 import { sha256Hex } from "../../src/gateway/tenancy/tenants.js";
-import { type Fleet, startFleet, waitFor } from "../harness.js";
+import { type Fleet, startFleet, waitFor } from "../helpers/harness.js";
 import { CHAT, rawChat, rawExchange } from "./raw.js";
 
 const KEY = "client-key-pipelining";

@@ -8,7 +8,7 @@ import assert from "node:assert/strict";
 import { createServer, type IncomingHttpHeaders } from "node:http";
 import type { AddressInfo } from "node:net";
 import { describe, type TestContext, test } from "node:test";
-import { keyOf, smallSchedulerYaml, startFleet } from "../harness.js";
+import { keyOf, smallSchedulerYaml, startFleet } from "../helpers/harness.js";
 import { CHAT, rawChat, rawExchange } from "./raw.js";
 
 /** An OpenAI-shaped worker that records the headers of every request it gets. */

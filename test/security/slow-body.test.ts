@@ -10,7 +10,7 @@ import { connect } from "node:net";
 import { describe, test } from "node:test";
 import { parseGatewayArgs } from "../../src/cli/flags.js";
 import { DEFAULT_CLIENT_LIMITS } from "../../src/gateway/http/client-guard.js";
-import { smallSchedulerYaml, startFleet, writeTempFile } from "../harness.js";
+import { smallSchedulerYaml, startFleet, writeTempFile } from "../helpers/harness.js";
 import { parseResponses, type RawResponse } from "./raw.js";
 
 interface Trickle {

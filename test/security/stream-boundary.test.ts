@@ -11,7 +11,7 @@ import assert from "node:assert/strict";
 import { createHash } from "node:crypto";
 import { describe, test } from "node:test";
 import { MAX_PENDING_BYTES, usageScannerStats } from "../../src/gateway/request/usage.js";
-import { LEVEL_WARN, smallSchedulerYaml, startFleet, waitFor } from "../harness.js";
+import { LEVEL_WARN, smallSchedulerYaml, startFleet, waitFor } from "../helpers/harness.js";
 import { rawChat } from "./raw.js";
 import { boundarylessStream, pollHealth, readStream, type StreamRead, streamingWorker } from "./streams.js";
 

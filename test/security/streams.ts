@@ -10,7 +10,7 @@ import { createServer as createHttpServer, type IncomingMessage, type ServerResp
 import { type AddressInfo, connect } from "node:net";
 import type { TestContext } from "node:test";
 import { UsageReader } from "../../src/gateway/request/usage.js";
-import { sendTo } from "../harness.js";
+import { sendTo } from "../helpers/harness.js";
 
 /** `data: BBB…\n` lines (CRLF when `crlf`) of `lineBytes` each, with no blank line: `total` bytes of them. */
 export function boundarylessStream(total: number, lineBytes = 1000, crlf = false): Buffer {

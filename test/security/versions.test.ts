@@ -9,7 +9,7 @@
  */
 import assert from "node:assert/strict";
 import { describe, test } from "node:test";
-import { startFleet } from "../harness.js";
+import { startFleet } from "../helpers/harness.js";
 import { CHAT, type RawResponse, rawExchange } from "./raw.js";
 
 function assertJsonError(r: RawResponse | undefined, status: number, code: string, what: string): void {

@@ -10,7 +10,7 @@ import { describe, test } from "node:test";
 import { ManualClock } from "@sluice/scheduler/core/clock.js";
 import { parseGatewayArgs } from "../../src/cli/flags.js";
 import { adaptiveSettingsWithoutEffect } from "../../src/gateway/adaptive-settings.js";
-import { assertError, metric, schedulerDoc, startFleet } from "../harness.js";
+import { assertError, metric, schedulerDoc, startFleet } from "../helpers/harness.js";
 
 const SLOW = { maxRunningRequests: 2, ttftMs: 5, tokenDelayMs: 200, batchSlowdown: 0 };
 const priority = (cls: string) => ({ "x-smg-priority": cls });

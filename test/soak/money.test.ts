@@ -27,7 +27,7 @@ import { StateKeys } from "../../src/admission/redis/keys.js";
 import { sha256Hex } from "../../src/gateway/tenancy/tenants.js";
 import { startRedisFleet } from "../admission/fleet.js";
 import { redisClient, redisOrSkip } from "../admission/services.js";
-import { PROMPT_TOKENS, schedulerDoc, startFleet, waitFor } from "../harness.js";
+import { PROMPT_TOKENS, schedulerDoc, startFleet, waitFor } from "../helpers/harness.js";
 import { rawPost } from "../helpers/money.js";
 import { duckRows, pgRows, postgresSchema, type Row, tempDir } from "../ledger/services.js";
 import { rawExchange } from "../security/raw.js";

@@ -36,7 +36,7 @@ import { type Gateway, startGateway } from "../../src/gateway/server.js";
 import { sha256Hex } from "../../src/gateway/tenancy/tenants.js";
 import type { MockWorkerOptions, MockWorkerStats } from "../../src/mock-worker/index.js";
 import { admissionState, poolInflight, preemptions } from "../fuzz/gateway-state.js";
-import { metric, parseScrape, smallSchedulerYaml } from "../harness.js";
+import { metric, parseScrape, smallSchedulerYaml } from "../helpers/harness.js";
 
 export interface SoakOptions {
   durationMs: number;

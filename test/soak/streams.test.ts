@@ -17,7 +17,7 @@ import { setFlagsFromString } from "node:v8";
 import { runInNewContext } from "node:vm";
 import { mulberry32 } from "@sluice/scheduler/core/random.js";
 import { MAX_PENDING_BYTES, usageScannerStats } from "../../src/gateway/request/usage.js";
-import { LEVEL_WARN, quantile, smallSchedulerYaml, startFleet, waitFor } from "../harness.js";
+import { LEVEL_WARN, quantile, smallSchedulerYaml, startFleet, waitFor } from "../helpers/harness.js";
 import { rawChat } from "../security/raw.js";
 import {
   boundarylessStream,

@@ -21,7 +21,7 @@ import {
   schedulerDoc,
   startFleet,
   waitFor,
-} from "../harness.js";
+} from "../helpers/harness.js";
 
 const TOKEN = "admin-token-0123456789";
 

@@ -5,7 +5,7 @@
  */
 import assert from "node:assert/strict";
 import { describe, test } from "node:test";
-import { assertError, assertOk, schedulerDoc, startFleet, waitFor } from "../harness.js";
+import { assertError, assertOk, schedulerDoc, startFleet, waitFor } from "../helpers/harness.js";
 
 describe("admission headers", () => {
   test("fast with 0 ms; queued with the time it waited; on JSON and SSE answers alike", async (t) => {

@@ -6,7 +6,7 @@
 import assert from "node:assert/strict";
 import { describe, test } from "node:test";
 import { ManualClock } from "@sluice/scheduler/core/clock.js";
-import { assertError, assertOk, schedulerDoc, startFleet, waitFor } from "../harness.js";
+import { assertError, assertOk, schedulerDoc, startFleet, waitFor } from "../helpers/harness.js";
 
 const JAN_31_2359 = Date.UTC(2026, 0, 31, 23, 59);
 const FEB_1 = Date.UTC(2026, 1, 1);

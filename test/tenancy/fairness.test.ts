@@ -10,7 +10,7 @@
  */
 import assert from "node:assert/strict";
 import { describe, test } from "node:test";
-import { type Fleet, quantile, type Reply, schedulerDoc, startFleet, waitFor } from "../harness.js";
+import { type Fleet, quantile, type Reply, schedulerDoc, startFleet, waitFor } from "../helpers/harness.js";
 
 interface Completion {
   tenant: string;

@@ -7,7 +7,7 @@
 import assert from "node:assert/strict";
 import { describe, test } from "node:test";
 import { ManualClock } from "@sluice/scheduler/core/clock.js";
-import { assertError, assertOk, metric, schedulerDoc, startFleet } from "../harness.js";
+import { assertError, assertOk, metric, schedulerDoc, startFleet } from "../helpers/harness.js";
 
 const PRICING = { "mock-llm": { input_per_mtok: 2000, output_per_mtok: 10000 } };
 

@@ -8,7 +8,15 @@
 import assert from "node:assert/strict";
 import { describe, test } from "node:test";
 import { ManualClock } from "@sluice/scheduler/core/clock.js";
-import { assertError, assertOk, authFor, type Fleet, schedulerDoc, startFleet, waitFor } from "../harness.js";
+import {
+  assertError,
+  assertOk,
+  authFor,
+  type Fleet,
+  schedulerDoc,
+  startFleet,
+  waitFor,
+} from "../helpers/harness.js";
 
 const SUNDAY_NOON = Date.UTC(2026, 0, 4, 12, 0);
 const MONDAY_8AM = Date.UTC(2026, 0, 5, 8, 0);

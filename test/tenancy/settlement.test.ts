@@ -22,7 +22,7 @@ import {
   sseEvents,
   startFleet,
   waitFor,
-} from "../harness.js";
+} from "../helpers/harness.js";
 
 const OVER = { max_completion_tokens: 500, max_tokens: 10 };
 const ESTIMATE = PROMPT_TOKENS + 500;

@@ -16,7 +16,7 @@ import type {
 } from "../../src/contracts/routing-policy.js";
 import { otlpEndpointProblem, tracesUrl } from "../../src/tracing/endpoint.js";
 import { RequestSpans } from "../../src/tracing/request-spans.js";
-import { schedulerDoc, startFleet, writeTempFile } from "../harness.js";
+import { schedulerDoc, startFleet, writeTempFile } from "../helpers/harness.js";
 
 // --- the receiver --------------------------------------------------------------------------------
 

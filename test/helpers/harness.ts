@@ -17,14 +17,14 @@ import parsePrometheusTextFormat, { type PrometheusFamily } from "parse-promethe
 import { type Logger, pino } from "pino";
 import { Agent, request } from "undici";
 import { stringify as stringifyYaml } from "yaml";
-import type { OutcomeRecord } from "../src/contracts/outcome.js";
-import type { Dashboard } from "../src/dashboard/dashboard.js";
-import { startGatewayWithDashboard } from "../src/dashboard/gateway-with-dashboard.js";
-import { DEFAULT_HEALTH, type GatewayOptions, type WorkerSpec } from "../src/gateway/options.js";
-import type { Gateway } from "../src/gateway/server.js";
-import { sha256Hex } from "../src/gateway/tenancy/tenants.js";
-import type { SluiceMetrics } from "../src/metrics/index.js";
-import { type MockWorker, type MockWorkerOptions, startMockWorker } from "../src/mock-worker/index.js";
+import type { OutcomeRecord } from "../../src/contracts/outcome.js";
+import type { Dashboard } from "../../src/dashboard/dashboard.js";
+import { startGatewayWithDashboard } from "../../src/dashboard/gateway-with-dashboard.js";
+import { DEFAULT_HEALTH, type GatewayOptions, type WorkerSpec } from "../../src/gateway/options.js";
+import type { Gateway } from "../../src/gateway/server.js";
+import { sha256Hex } from "../../src/gateway/tenancy/tenants.js";
+import type { SluiceMetrics } from "../../src/metrics/index.js";
+import { type MockWorker, type MockWorkerOptions, startMockWorker } from "../../src/mock-worker/index.js";
 
 // --- polling -------------------------------------------------------------------------------------
 
