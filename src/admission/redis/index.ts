@@ -103,7 +103,7 @@ export async function startSharedState(options: SharedStateOptions): Promise<Sha
     budgets,
     backend(pool: PoolBackendOptions): AdmissionBackend {
       const poolLogger = pool.logger ?? logger;
-      const legacy = (loadError: string | undefined) =>
+      const legacy = (loadError: Error | undefined) =>
         reservingBudgets(
           createInProcessBackend({ ...pool, loadError, clock: options.clock, logger: poolLogger }),
           budgets,
@@ -117,7 +117,7 @@ export async function startSharedState(options: SharedStateOptions): Promise<Sha
         return legacy(undefined);
       }
       try {
-        if (pool.loadError !== undefined) throw new Error(pool.loadError);
+        if (pool.loadError !== undefined) throw pool.loadError;
         const backend = new RedisAdmissionBackend({
           fleet,
           pool: pool.pool,
@@ -137,12 +137,8 @@ export async function startSharedState(options: SharedStateOptions): Promise<Sha
         backends.set(pool.pool, backend);
         return backend;
       } catch (err) {
-        const reason = (err as Error).message;
-        poolLogger.error(
-          { err: reason },
-          `priority scheduler disabled, falling back to legacy admission: ${reason}`,
-        );
-        return legacy(reason);
+        // The in-process backend logs the fallback, its code and how to fix it.
+        return legacy(err as Error);
       }
     },
     redisBackend: (pool) => backends.get(pool),
