@@ -77,15 +77,20 @@ export async function startSharedState(options: SharedStateOptions): Promise<Sha
     onRoundTrip: (_op, seconds) => fleet.metrics?.roundTrip("budget", seconds),
   });
   await fleet.start();
-  logger.info(
-    {
-      url: fleet.redactedUrl,
-      replica: fleet.replicaToken,
-      failMode: state.failMode,
-      leaseTtlSecs: state.leaseTtlSecs,
-    },
-    fleet.connection.up ? "shared state: connected to Redis" : "shared state: Redis is not answering yet",
-  );
+  const startFields = {
+    url: fleet.redactedUrl,
+    replica: fleet.replicaToken,
+    failMode: state.failMode,
+    leaseTtlSecs: state.leaseTtlSecs,
+  };
+  if (fleet.connection.up) logger.info(startFields, "shared state: connected to Redis");
+  else {
+    // A mistyped --state-url looks exactly like this: say which URL, and what runs meanwhile.
+    logger.warn(
+      startFields,
+      `shared state: Redis at ${fleet.redactedUrl} is not answering (check --state-url); until it does, fail mode ${state.failMode} applies`,
+    );
+  }
   // What is left of each budget, for status and metrics (the admission path never waits on it).
   const refresh = setInterval(
     () => {
@@ -142,7 +147,10 @@ export async function startSharedState(options: SharedStateOptions): Promise<Sha
       }
     },
     redisBackend: (pool) => backends.get(pool),
-    legacy: (inProcess) => reservingBudgets(createInProcessBackend(inProcess), budgets),
+    legacy: (inProcess) => {
+      fleet.legacyAdmission = true;
+      return reservingBudgets(createInProcessBackend(inProcess), budgets);
+    },
     fleetCapacity() {
       if (backends.size === 0) return undefined;
       let sum = 0;
