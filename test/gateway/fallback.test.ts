@@ -130,3 +130,18 @@ describe("scheduler fallback: the priority YAML", () => {
     assert.equal(metric(s, "sluice_scheduler_fallback", { reason: "reservations_exceed_capacity" }), 0);
   });
 });
+
+describe("docs/examples/small-fleet-priority.yaml", () => {
+  test("two mock workers of 16 run it in scheduler mode, no fallback", async (t) => {
+    const path = new URL("../../docs/examples/small-fleet-priority.yaml", import.meta.url).pathname;
+    const fleet = await startFleet(t, {
+      workers: [{ maxRunningRequests: 16 }, { maxRunningRequests: 16 }],
+      priorityScheduler: { configPath: path },
+    });
+    assert.equal(fleet.gateway.capacity.capacity, 32);
+    assert.equal(fleet.gateway.admission.mode, "scheduler", String(fleet.gateway.admission.fallbackReason));
+    assert.equal(fleet.gateway.admission.fallbackCode, undefined);
+    assert.equal(errorLines(fleet.logs).length, 0);
+    assertOk(await fleet.chat({}, { "x-smg-priority": "interactive" }));
+  });
+});
