@@ -7,8 +7,14 @@
 
 import type { PriorityClass } from "@sluice/scheduler/core/class.js";
 import type { Clock } from "@sluice/scheduler/core/clock.js";
-import type { ClassOverrides, ClassSettingsTable, TenantPolicy } from "@sluice/scheduler/core/config.js";
+import {
+  type ClassOverrides,
+  type ClassSettingsTable,
+  resolveClassSettings,
+  type TenantPolicy,
+} from "@sluice/scheduler/core/config.js";
 import { createScheduler, type Scheduler } from "@sluice/scheduler/core/engine.js";
+import { ReservationsExceedCapacityError } from "@sluice/scheduler/core/errors.js";
 import type { SchedulerObserver } from "@sluice/scheduler/core/events.js";
 import {
   createLegacyLimiter,
@@ -22,10 +28,12 @@ import type {
   AdmissionSnapshot,
   Slot,
 } from "../contracts/admission-backend.js";
+import { type FallbackCode, fallbackCodeOf, reservationFix } from "../contracts/scheduler-fallback.js";
 
 class SchedulerBackend implements AdmissionBackend {
   readonly mode = "scheduler" as const;
   readonly fallbackReason = undefined;
+  readonly fallbackCode = undefined;
   constructor(private readonly scheduler: Scheduler) {}
   /** The permit is the slot: it has every Slot member (no wrapper, no extra promise). */
   acquire(request: AdmissionRequest): Promise<Slot> {
@@ -53,6 +61,7 @@ class LegacyBackend implements AdmissionBackend {
   constructor(
     private readonly legacy: LegacyLimiter,
     readonly fallbackReason: string | undefined,
+    readonly fallbackCode: FallbackCode | undefined,
     private capacity: number,
     /** Adaptive capacity: the capacity bounds admission too (under max_concurrent_requests). */
     private readonly bounded: boolean,
@@ -98,7 +107,7 @@ export interface InProcessOptions {
   classes: ClassOverrides | ClassSettingsTable;
   tenantPolicies: ReadonlyMap<string, TenantPolicy>;
   /** A priority YAML that could not be loaded: the scheduler fails safe to legacy with this reason. */
-  loadError?: string | undefined;
+  loadError?: Error | undefined;
   capacity: number;
   legacy: Omit<LegacyLimiterOptions, "clock">;
   observer?: SchedulerObserver | undefined;
@@ -116,9 +125,9 @@ export interface InProcessOptions {
 export function createInProcessBackend(options: InProcessOptions): AdmissionBackend {
   const legacy = () => createLegacyLimiter({ ...options.legacy, clock: options.clock });
   const bounded = options.legacyBoundByCapacity === true;
-  if (!options.enabled) return new LegacyBackend(legacy(), undefined, options.capacity, bounded);
+  if (!options.enabled) return new LegacyBackend(legacy(), undefined, undefined, options.capacity, bounded);
   try {
-    if (options.loadError !== undefined) throw new Error(options.loadError);
+    if (options.loadError !== undefined) throw options.loadError;
     const scheduler = createScheduler({
       capacity: options.capacity,
       classes: options.classes,
@@ -131,11 +140,23 @@ export function createInProcessBackend(options: InProcessOptions): AdmissionBack
       options.logger.info({ capacity: options.capacity }, "priority scheduler enabled");
     return new SchedulerBackend(scheduler);
   } catch (err) {
-    const reason = (err as Error).message;
+    const fallback = describeFallback(err, options.classes);
     options.logger.error(
-      { err: reason },
-      `priority scheduler disabled, falling back to legacy admission: ${reason}`,
+      { err: fallback.reason, fallback_code: fallback.code },
+      `priority scheduler disabled, falling back to legacy admission: ${fallback.reason}`,
     );
-    return new LegacyBackend(legacy(), reason, options.capacity, bounded);
+    return new LegacyBackend(legacy(), fallback.reason, fallback.code, options.capacity, bounded);
   }
+}
+
+/** The fallback's code and message; reservations that do not fit also say how to make them fit. */
+export function describeFallback(
+  err: unknown,
+  classes: ClassOverrides | ClassSettingsTable,
+): { code: FallbackCode; reason: string } {
+  const message = (err as Error).message;
+  if (!(err instanceof ReservationsExceedCapacityError))
+    return { code: fallbackCodeOf(err), reason: message };
+  const fix = reservationFix(resolveClassSettings(classes), err.capacity);
+  return { code: "reservations_exceed_capacity", reason: fix ? `${message}: ${fix}` : message };
 }

@@ -224,6 +224,10 @@ export const GATEWAY_OPTIONS = {
     help: "enable the priority scheduler (otherwise legacy admission)",
     doc: "master switch; off = legacy admission",
   }),
+  priority_scheduler_strict: toggle({
+    help: "make a priority-scheduler fallback to legacy admission a startup error (exit 2)",
+    doc: 'a bad or missing scheduler YAML, or reservations that do not fit the fleet, stop the start (exit 2) instead of falling back to legacy admission ("Priority scheduler fallback")',
+  }),
   priority_scheduler_default_max_class: value({
     arg: "<class>",
     parse: classArg,

@@ -87,6 +87,8 @@ export interface GatewayStartSettings {
   policy: WorkerPolicy;
   priorityScheduler: {
     enabled: boolean;
+    /** A fallback to legacy admission is a startup error instead. */
+    strict: boolean;
     defaultMaxClass: PriorityClass;
     configPath: string | undefined;
     tenantMetricTopN: number;

@@ -52,6 +52,7 @@ export function resolveGatewaySettings({ commandLine, env }: SettingsInput): Gat
     policy: values.policy,
     priorityScheduler: {
       enabled: values.priority_scheduler_enabled,
+      strict: values.priority_scheduler_strict,
       defaultMaxClass: values.priority_scheduler_default_max_class,
       configPath: values.priority_scheduler_config,
       tenantMetricTopN: values.priority_scheduler_tenant_metric_top_n,

@@ -7,6 +7,7 @@ import type { PriorityClass } from "@sluice/scheduler/core/class.js";
 import type { TenantPolicy } from "@sluice/scheduler/core/config.js";
 import type { ClassSnapshot, SchedulerCounters } from "@sluice/scheduler/core/events.js";
 import type { CancelSignal } from "@sluice/scheduler/core/signal.js";
+import type { FallbackCode } from "./scheduler-fallback.js";
 
 /**
  * The shared admission state is out of reach and the backend will not decide alone (fail mode
@@ -65,6 +66,8 @@ export interface AdmissionBackend {
   readonly mode: AdmissionMode;
   /** Why the scheduler is not in use, when it was enabled but failed safe. */
   readonly fallbackReason: string | undefined;
+  /** The fallback's short code (src/contracts/scheduler-fallback.ts); undefined when none. */
+  readonly fallbackCode?: FallbackCode | undefined;
   /** Resolves with a slot, or rejects with an AdmissionError (queue full, timeout, cancelled). */
   acquire(request: AdmissionRequest): Promise<Slot>;
   /** The classes a request would get, without admitting it (for records of rejected requests). */

@@ -33,6 +33,7 @@ export function bindFleetMetrics(
   });
   metrics.bindCapacity(() => shared?.fleetCapacity() ?? capacity.capacity);
   metrics.bindAdmissionMode(() => admission.mode);
+  metrics.bindSchedulerFallback(() => admission.fallbackCode);
   metrics.bindWorkersHealthy(() => workers.healthyCount);
   registerPoolMetrics(metrics.registry, () => pools.all);
   const capacityMetrics = registerCapacityMetrics(metrics.registry, {

@@ -52,6 +52,8 @@ export interface GatewayOptions {
   maxRetries?: number | undefined;
   priorityScheduler: {
     enabled: boolean;
+    /** A fallback to legacy admission (bad file, reservations that do not fit) fails the start instead. */
+    strict?: boolean | undefined;
     defaultMaxClass: PriorityClass;
     /** Path of the priority-scheduler YAML; a bad file makes the gateway fall back to legacy admission. */
     configPath?: string | undefined;

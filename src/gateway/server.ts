@@ -17,7 +17,7 @@ import type { AdminServer } from "./admin/admin.js";
 import type { DashboardFactory, GatewayDashboard } from "./admin/dashboard-port.js";
 import { pinCapacityHandler } from "./admin/pin-capacity.js";
 import { plugDashboard, startAdminListener } from "./admin-listener.js";
-import { fleetWideLegacyAdmission } from "./admission-mode.js";
+import { fleetWideLegacyAdmission, strictFallbackError } from "./admission-mode.js";
 import type { FleetAdmission } from "./fleet/fleet-admission.js";
 import type { FleetCapacity } from "./fleet/fleet-capacity.js";
 import type { ModelPools } from "./fleet/model-pools.js";
@@ -106,6 +106,8 @@ export async function startGateway<D extends GatewayDashboard = GatewayDashboard
       discovered.workers,
       stops,
     );
+    const strict = strictFallbackError(options, fleet.admission, discovered.loadError);
+    if (strict !== undefined) throw strict;
     // Tenant limits come from the same YAML as the scheduler's tenant policies; they apply in both
     // admission modes. A file the scheduler rejected was already logged; budgets then start empty.
     const budgets =

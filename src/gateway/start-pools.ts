@@ -39,6 +39,7 @@ export function startPools(
     backends,
     fleetLegacy?.mode ?? "scheduler",
     fleetLegacy?.fallbackReason,
+    fleetLegacy?.fallbackCode,
   );
   pools.refresh();
   workers.onChange(() => pools.refresh());

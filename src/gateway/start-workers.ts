@@ -15,8 +15,8 @@ export interface DiscoveredFleet {
   readonly workers: WorkerPool;
   /** The priority YAML, when it loaded. */
   readonly policyFile: SchedulerFileSettings | undefined;
-  /** Why it did not load: the fleet then runs legacy admission. */
-  readonly loadError: string | undefined;
+  /** Why it did not load (a SchedulerFileError, naming file, line and key): the fleet then runs legacy admission. */
+  readonly loadError: Error | undefined;
 }
 
 /** Capacity assumed while no worker has reported one (or legacy admission sets no limit). */
@@ -55,6 +55,6 @@ export async function discoverWorkers(
     const policyFile = await loadSchedulerFile(options.priorityScheduler.configPath);
     return { workers, policyFile, loadError: undefined };
   } catch (err) {
-    return { workers, policyFile: undefined, loadError: (err as Error).message };
+    return { workers, policyFile: undefined, loadError: err as Error };
   }
 }

@@ -34,6 +34,7 @@ export function gatewayStatus(sources: StatusSources): Record<string, unknown> {
   return {
     admission_mode: admission.mode,
     fallback_reason: admission.fallbackReason ?? null,
+    fallback_code: admission.fallbackCode ?? null,
     capacity: capacity.capacity,
     discovered_capacity: capacity.underlying,
     pinned_capacity: capacity.pinned ?? null,
@@ -75,6 +76,7 @@ function poolStatus(p: ModelPool): Record<string, unknown> {
     pinned_capacity: p.capacity.pinned ?? null,
     admission_mode: p.admission.mode,
     fallback_reason: p.admission.fallbackReason ?? null,
+    fallback_code: p.admission.fallbackCode ?? null,
     inflight: p.sharedAdmission ? p.workers.members.reduce((n, w) => n + w.inflight, 0) : snap.inflight,
     queued: p.sharedAdmission ? null : snap.queued,
     classes: p.sharedAdmission ? null : snap.classes,
@@ -83,7 +85,10 @@ function poolStatus(p: ModelPool): Record<string, unknown> {
   };
 }
 
-/** `GET /readiness`: ready while some worker is healthy and the gateway is not draining. */
+/**
+ * `GET /readiness`: ready while some worker is healthy and the gateway is not draining. A scheduler
+ * that fell back to legacy admission stays ready (the contract's fail-safe), and says why here.
+ */
 export function readiness(
   fleet: Fleet,
   draining: boolean,
@@ -94,6 +99,8 @@ export function readiness(
     body: {
       status: ready ? "ready" : draining ? "draining" : "not_ready",
       admission_mode: fleet.admission.mode,
+      fallback_reason: fleet.admission.fallbackReason ?? null,
+      fallback_code: fleet.admission.fallbackCode ?? null,
       healthy_workers: fleet.workers.healthyCount,
       capacity: fleet.capacity.capacity,
     },

@@ -27,6 +27,7 @@ import {
   type PrometheusContentType,
   Registry,
 } from "prom-client";
+import { FALLBACK_CODES, type FallbackCode } from "../contracts/scheduler-fallback.js";
 import { DEFAULT_TENANT_METRIC_TOP_N, TenantLabeler } from "./tenant-labels.js";
 
 /** Queue-wait buckets in seconds: 1 ms to 300 s, with every built-in class timeout (5, 30, 60, 120, 300). */
@@ -68,6 +69,7 @@ export const GATEWAY_METRIC_NAMES = {
   preemptedPrefillTokens: "sluice_preempted_prefill_tokens_total",
   capacity: "sluice_capacity",
   admissionMode: "sluice_admission_mode",
+  schedulerFallback: "sluice_scheduler_fallback",
   workersHealthy: "sluice_workers_healthy",
   tenantTokens: "sluice_tenant_tokens_total",
   budgetRejections: "sluice_budget_rejections_total",
@@ -99,6 +101,8 @@ export interface SluiceMetrics {
   bindCapacity(getCapacity: (() => number) | undefined): void;
   /** Active admission path for `sluice_admission_mode`. */
   bindAdmissionMode(getMode: (() => AdmissionMode) | undefined): void;
+  /** Why the enabled scheduler fell back to legacy admission, for `sluice_scheduler_fallback`. */
+  bindSchedulerFallback(getCode: (() => FallbackCode | undefined) | undefined): void;
   /** Healthy worker count for `sluice_workers_healthy`. */
   bindWorkersHealthy(getHealthy: (() => number) | undefined): void;
   /** The registry in Prometheus text format. */
@@ -141,6 +145,7 @@ export function createMetrics(options: MetricsOptions = {}): SluiceMetrics {
   let getCapacity: (() => number) | undefined;
   let getMode: (() => AdmissionMode) | undefined;
   let getHealthy: (() => number) | undefined;
+  let getFallback: (() => FallbackCode | undefined) | undefined;
   let getRemaining: (() => Iterable<[string, Record<string, number>]>) | undefined;
 
   // --- scheduler counters and histogram ------------------------------------------------------
@@ -309,6 +314,16 @@ export function createMetrics(options: MetricsOptions = {}): SluiceMetrics {
     },
   });
   new Gauge({
+    name: GATEWAY_METRIC_NAMES.schedulerFallback,
+    help: "The enabled priority scheduler fell back to legacy admission: 1 for the active reason (config_missing, config_invalid, reservations_exceed_capacity), 0 for the others.",
+    labelNames: ["reason"] as const,
+    registers,
+    collect() {
+      const code = getFallback?.();
+      for (const r of FALLBACK_CODES) this.set({ reason: r }, r === code ? 1 : 0);
+    },
+  });
+  new Gauge({
     name: GATEWAY_METRIC_NAMES.workersHealthy,
     help: "Workers currently passing health checks.",
     registers,
@@ -391,6 +406,9 @@ export function createMetrics(options: MetricsOptions = {}): SluiceMetrics {
     },
     bindAdmissionMode(fn) {
       getMode = fn;
+    },
+    bindSchedulerFallback(fn) {
+      getFallback = fn;
     },
     bindWorkersHealthy(fn) {
       getHealthy = fn;

@@ -38,6 +38,7 @@ const SAMPLES: Record<OptionKey, [string, unknown]> = {
   breaker_half_open_requests: ["1", 1],
   max_retries: ["0", 0],
   default_model: ["llama", "llama"],
+  priority_scheduler_strict: ["1", true],
   priority_scheduler_enabled: ["true", true],
   priority_scheduler_default_max_class: ["bulk", "bulk"],
   priority_scheduler_config: ["/etc/p.yaml", "/etc/p.yaml"],

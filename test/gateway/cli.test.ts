@@ -117,6 +117,7 @@ describe("parseGatewayArgs: merge rules", () => {
     assert.equal(f.port, 30000);
     assert.deepEqual(f.priorityScheduler, {
       enabled: false,
+      strict: false,
       defaultMaxClass: "default",
       configPath: undefined,
       tenantMetricTopN: 32,

@@ -85,6 +85,8 @@ describe("gateway endpoints", () => {
     assert.deepEqual(JSON.parse(ready.text), {
       status: "ready",
       admission_mode: "scheduler",
+      fallback_reason: null,
+      fallback_code: null,
       healthy_workers: 1,
       capacity: 6,
     });

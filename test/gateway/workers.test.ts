@@ -63,6 +63,8 @@ describe("gateway workers: health and capacity", () => {
     assert.deepEqual(ready, {
       status: "ready",
       admission_mode: "scheduler",
+      fallback_reason: null,
+      fallback_code: null,
       healthy_workers: 2,
       capacity: 10,
     });

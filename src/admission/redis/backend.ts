@@ -140,6 +140,11 @@ export class RedisAdmissionBackend implements AdmissionBackend, SlotOwner, Wakeu
   private weights = new Map<string, number>();
 
   private mode_: Mode = "down";
+  /**
+   * The outage was taken in hand (local share, WARN): the backend starts "down" until Redis
+   * answers, and a Redis that never answered at start is an outage too (a mistyped --state-url).
+   */
+  private outageHandled = false;
   private epoch: string | undefined;
   private registered = false;
   private seq = 0;
@@ -694,7 +699,8 @@ export class RedisAdmissionBackend implements AdmissionBackend, SlotOwner, Wakeu
   }
 
   private goDown(reason: string): void {
-    if (this.closed || this.state === "down") return;
+    if (this.closed || (this.state === "down" && this.outageHandled)) return;
+    this.outageHandled = true;
     const wasShared = this.state === "shared";
     this.state = "down";
     if (wasShared) this.fleet.metrics?.unavailable.inc();
@@ -751,6 +757,7 @@ export class RedisAdmissionBackend implements AdmissionBackend, SlotOwner, Wakeu
       if (this.budgets?.isLocal) await this.budgets.rejoin();
       else await this.budgets?.refresh();
       this.state = "shared";
+      this.outageHandled = false;
       this.heldBack = 0;
       if (this.fleet.localFallback) {
         this.fleet.localFallback = false;

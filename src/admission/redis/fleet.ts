@@ -23,6 +23,11 @@ export class RedisFleet {
   replicasAlive = 1;
   /** Whether some backend runs on its local share now (metrics). */
   localFallback = false;
+  /**
+   * Admission is the in-process legacy limiter (scheduler off, or failed safe): only budgets are
+   * shared, and while Redis is away they are this replica's share (budgets.ts), a local fallback.
+   */
+  legacyAdmission = false;
   /** Pools whose backend is not using Redis now (down, or rejoining). */
   readonly notShared = new Set<string>();
   /** Leases held by this replica across its pools (metrics). */
@@ -46,7 +51,7 @@ export class RedisFleet {
         ? undefined
         : new StateMetrics(registry, {
             up: () => this.connection.up && this.notShared.size === 0,
-            localFallback: () => this.localFallback,
+            localFallback: () => this.localFallback || (this.legacyAdmission && !this.connection.up),
             replicas: () => this.replicasAlive,
             leases: () => this.leaseCount(),
           });

@@ -77,15 +77,20 @@ export async function startSharedState(options: SharedStateOptions): Promise<Sha
     onRoundTrip: (_op, seconds) => fleet.metrics?.roundTrip("budget", seconds),
   });
   await fleet.start();
-  logger.info(
-    {
-      url: fleet.redactedUrl,
-      replica: fleet.replicaToken,
-      failMode: state.failMode,
-      leaseTtlSecs: state.leaseTtlSecs,
-    },
-    fleet.connection.up ? "shared state: connected to Redis" : "shared state: Redis is not answering yet",
-  );
+  const startFields = {
+    url: fleet.redactedUrl,
+    replica: fleet.replicaToken,
+    failMode: state.failMode,
+    leaseTtlSecs: state.leaseTtlSecs,
+  };
+  if (fleet.connection.up) logger.info(startFields, "shared state: connected to Redis");
+  else {
+    // A mistyped --state-url looks exactly like this: say which URL, and what runs meanwhile.
+    logger.warn(
+      startFields,
+      `shared state: Redis at ${fleet.redactedUrl} is not answering (check --state-url); until it does, fail mode ${state.failMode} applies`,
+    );
+  }
   // What is left of each budget, for status and metrics (the admission path never waits on it).
   const refresh = setInterval(
     () => {
@@ -103,7 +108,7 @@ export async function startSharedState(options: SharedStateOptions): Promise<Sha
     budgets,
     backend(pool: PoolBackendOptions): AdmissionBackend {
       const poolLogger = pool.logger ?? logger;
-      const legacy = (loadError: string | undefined) =>
+      const legacy = (loadError: Error | undefined) =>
         reservingBudgets(
           createInProcessBackend({ ...pool, loadError, clock: options.clock, logger: poolLogger }),
           budgets,
@@ -117,7 +122,7 @@ export async function startSharedState(options: SharedStateOptions): Promise<Sha
         return legacy(undefined);
       }
       try {
-        if (pool.loadError !== undefined) throw new Error(pool.loadError);
+        if (pool.loadError !== undefined) throw pool.loadError;
         const backend = new RedisAdmissionBackend({
           fleet,
           pool: pool.pool,
@@ -137,16 +142,15 @@ export async function startSharedState(options: SharedStateOptions): Promise<Sha
         backends.set(pool.pool, backend);
         return backend;
       } catch (err) {
-        const reason = (err as Error).message;
-        poolLogger.error(
-          { err: reason },
-          `priority scheduler disabled, falling back to legacy admission: ${reason}`,
-        );
-        return legacy(reason);
+        // The in-process backend logs the fallback, its code and how to fix it.
+        return legacy(err as Error);
       }
     },
     redisBackend: (pool) => backends.get(pool),
-    legacy: (inProcess) => reservingBudgets(createInProcessBackend(inProcess), budgets),
+    legacy: (inProcess) => {
+      fleet.legacyAdmission = true;
+      return reservingBudgets(createInProcessBackend(inProcess), budgets);
+    },
     fleetCapacity() {
       if (backends.size === 0) return undefined;
       let sum = 0;

@@ -12,10 +12,11 @@ import type {
   AdmissionMode,
   AdmissionSnapshot,
 } from "../../contracts/admission-backend.js";
+import type { FallbackCode } from "../../contracts/scheduler-fallback.js";
 
 type FleetView = Pick<
   AdmissionBackend,
-  "mode" | "fallbackReason" | "classify" | "snapshot" | "counters" | "setTenantPolicies"
+  "mode" | "fallbackReason" | "fallbackCode" | "classify" | "snapshot" | "counters" | "setTenantPolicies"
 >;
 
 export class FleetAdmission implements FleetView {
@@ -25,6 +26,7 @@ export class FleetAdmission implements FleetView {
     /** The mode when no pool exists yet: scheduler when enabled and its file loaded. */
     private readonly idleMode: AdmissionMode,
     private readonly idleReason: string | undefined,
+    private readonly idleCode: FallbackCode | undefined = undefined,
   ) {}
 
   /**
@@ -41,6 +43,11 @@ export class FleetAdmission implements FleetView {
   get fallbackReason(): string | undefined {
     for (const b of this.backends()) if (b.fallbackReason !== undefined) return b.fallbackReason;
     return this.backends().length === 0 ? this.idleReason : undefined;
+  }
+
+  get fallbackCode(): FallbackCode | undefined {
+    for (const b of this.backends()) if (b.fallbackCode !== undefined) return b.fallbackCode;
+    return this.backends().length === 0 ? this.idleCode : undefined;
   }
 
   classify(priority: string | undefined, tenant: string) {
