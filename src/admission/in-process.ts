@@ -150,7 +150,7 @@ export function createInProcessBackend(options: InProcessOptions): AdmissionBack
 }
 
 /** The fallback's code and message; reservations that do not fit also say how to make them fit. */
-export function describeFallback(
+function describeFallback(
   err: unknown,
   classes: ClassOverrides | ClassSettingsTable,
 ): { code: FallbackCode; reason: string } {

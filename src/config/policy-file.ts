@@ -35,7 +35,7 @@ export async function loadSchedulerFile(path: string | undefined): Promise<Sched
 }
 
 /** The file's text to settings; a mistake throws a SchedulerFileError naming `file:line: key`. */
-export function parseSchedulerFile(file: string, text: string): SchedulerFileSettings {
+function parseSchedulerFile(file: string, text: string): SchedulerFileSettings {
   const lines = new LineCounter();
   const doc = parseDocument(text, { lineCounter: lines });
   const syntax = doc.errors[0];

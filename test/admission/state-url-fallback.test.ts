@@ -12,7 +12,7 @@ import {
   metric,
   smallSchedulerYaml,
   startFleet,
-} from "../harness.js";
+} from "../helpers/harness.js";
 
 const NOBODY = "redis://127.0.0.1:1/0";
 

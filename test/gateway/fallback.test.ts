@@ -5,7 +5,14 @@
  */
 import assert from "node:assert/strict";
 import { describe, test } from "node:test";
-import { assertOk, LEVEL_ERROR, type LogLine, metric, smallSchedulerYaml, startFleet } from "../harness.js";
+import {
+  assertOk,
+  LEVEL_ERROR,
+  type LogLine,
+  metric,
+  smallSchedulerYaml,
+  startFleet,
+} from "../helpers/harness.js";
 
 function errorLines(logs: LogLine[]): LogLine[] {
   return logs.filter((l) => l.level === LEVEL_ERROR);

@@ -5,8 +5,8 @@
 import assert from "node:assert/strict";
 import { describe, test } from "node:test";
 import { startMockWorker } from "../../src/mock-worker/index.js";
-import { writeTempFile } from "../harness.js";
 import { runCli } from "../helpers/cli-process.js";
+import { writeTempFile } from "../helpers/harness.js";
 
 async function twoWorkersOf16(t: { after(fn: () => Promise<void>): void }): Promise<string[]> {
   const workers = [
