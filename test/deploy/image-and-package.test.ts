@@ -19,10 +19,10 @@ import { mkdir, mkdtemp, rm } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { after, before, test } from "node:test";
-import { exited, REPO_ROOT } from "../helpers/cli-process.js";
+import { exited, REPO_ROOT, type Run, startProcess } from "../helpers/cli-process.js";
 import { sendTo } from "../helpers/harness.js";
 import { consumerLock, type PackageLock, type PackedManifest } from "./consumer-lock.js";
-import { gatewayPort, printed, type Run, run, startProcess } from "./processes.js";
+import { gatewayPort, printed, run } from "./processes.js";
 
 const TOOLS_DIR = process.env.SLUICE_TOOLS_DIR ?? join(REPO_ROOT, ".tools");
 const PINNED_LINE = process.execPath.startsWith(TOOLS_DIR);

@@ -12,9 +12,9 @@ import { test } from "node:test";
 import { parseAllDocuments } from "yaml";
 import { type MockWorker, startMockWorker } from "../../src/mock-worker/index.js";
 import { redisOrSkip, statePrefix } from "../admission/services.js";
-import { exited, REPO_ROOT } from "../helpers/cli-process.js";
+import { exited, REPO_ROOT, startProcess } from "../helpers/cli-process.js";
 import { sendTo, writeTempFile } from "../helpers/harness.js";
-import { gatewayPort, startProcess } from "./processes.js";
+import { gatewayPort } from "./processes.js";
 
 const MANIFEST = join(REPO_ROOT, "deploy/sluice-replicas.yaml");
 const WORKER_SLOTS = 64;

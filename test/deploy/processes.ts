@@ -2,38 +2,11 @@
  * Child processes for the deploy tests, with waits long enough for a machine busy building: these
  * tests run npm installs and a TypeScript build beside the rest of the suite.
  */
-import { type ChildProcess, spawn } from "node:child_process";
-import { exited } from "../helpers/cli-process.js";
+import type { ChildProcess } from "node:child_process";
+import { exited, type Output, type Run, startProcess } from "../helpers/cli-process.js";
 import { waitFor } from "../helpers/harness.js";
 
 export const START_TIMEOUT_MS = 90_000;
-
-export interface Output {
-  stdout: string;
-  stderr: string;
-}
-
-export interface Run extends Output {
-  code: number | null;
-}
-
-/** Starts COMMAND ARGS in CWD; `out` fills as the child writes. */
-export function startProcess(
-  command: string,
-  args: string[],
-  cwd: string,
-  env = process.env,
-): { child: ChildProcess; out: Output } {
-  const child = spawn(command, args, { cwd, env, stdio: ["ignore", "pipe", "pipe"] });
-  const out = { stdout: "", stderr: "" };
-  child.stdout!.on("data", (d: Buffer) => {
-    out.stdout += d.toString("utf8");
-  });
-  child.stderr!.on("data", (d: Buffer) => {
-    out.stderr += d.toString("utf8");
-  });
-  return { child, out };
-}
 
 /** Runs COMMAND ARGS in CWD to its end. */
 export async function run(command: string, args: string[], cwd: string, env = process.env): Promise<Run> {

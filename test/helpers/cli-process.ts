@@ -5,18 +5,24 @@ import { waitFor } from "./harness.js";
 
 export const REPO_ROOT = new URL("../../", import.meta.url).pathname;
 
-export interface Run {
+export interface Run extends Output {
   code: number | null;
+}
+
+/** What a child wrote so far. */
+export interface Output {
   stdout: string;
   stderr: string;
 }
 
-/** Starts `sluice ARGS`; `out` fills as the child writes. */
-export function startCli(args: string[]): { child: ChildProcess; out: { stdout: string; stderr: string } } {
-  const child = spawn(process.execPath, ["--import", "tsx", join(REPO_ROOT, "src/cli/main.ts"), ...args], {
-    cwd: REPO_ROOT,
-    stdio: ["ignore", "pipe", "pipe"],
-  });
+/** Starts COMMAND ARGS in CWD; `out` fills as the child writes. */
+export function startProcess(
+  command: string,
+  args: string[],
+  cwd: string,
+  env: NodeJS.ProcessEnv = process.env,
+): { child: ChildProcess; out: Output } {
+  const child = spawn(command, args, { cwd, env, stdio: ["ignore", "pipe", "pipe"] });
   const out = { stdout: "", stderr: "" };
   child.stdout!.on("data", (d: Buffer) => {
     out.stdout += d.toString("utf8");
@@ -25,6 +31,15 @@ export function startCli(args: string[]): { child: ChildProcess; out: { stdout: 
     out.stderr += d.toString("utf8");
   });
   return { child, out };
+}
+
+/** Starts `sluice ARGS` from the repository's sources; `out` fills as the child writes. */
+export function startCli(args: string[]): { child: ChildProcess; out: Output } {
+  return startProcess(
+    process.execPath,
+    ["--import", "tsx", join(REPO_ROOT, "src/cli/main.ts"), ...args],
+    REPO_ROOT,
+  );
 }
 
 /** The child's exit code, once it has exited. */
