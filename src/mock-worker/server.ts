@@ -442,10 +442,17 @@ export function startMockWorker(opts?: MockWorkerOptions): Promise<MockWorker> {
     const endpoint = req.method === "POST" ? INFERENCE_ROUTES[path] : undefined;
     const entry = logReceived(req, url, endpoint !== undefined);
     if (endpoint !== undefined) {
-      // Open from now until the answer is fully written or the client is gone ('close' fires at
-      // once when the socket dies, also before any byte of the answer was written).
+      // Open from now until the answer's last byte is handed over (end(): the engine is done with
+      // it, as a real engine frees the sequence when it emits the last token) or the client is
+      // gone ('close' fires at once when the socket dies, also before any byte was written).
+      // Not 'finish': it waits for the kernel's write callback, which can come after the gateway
+      // already read the last byte and sent the next request, and would count both as open.
       const close = tracker.opened();
-      res.once("finish", close);
+      const end = res.end.bind(res) as (...args: unknown[]) => ServerResponse;
+      res.end = ((...args: unknown[]) => {
+        close();
+        return end(...args);
+      }) as ServerResponse["end"];
       res.once("close", close);
       handleInference(endpoint, req, res, entry!).catch((err: unknown) => {
         if (!res.headersSent) sendJson(res, 500, errorBody(String(err), "server_error"));

@@ -1,7 +1,7 @@
 /**
  * What the worker itself observed, independent of any gateway's own bookkeeping:
  *
- * - open inference requests: received (headers in) and neither finished (response fully written)
+ * - open inference requests: received (headers in) and neither ended (last byte handed over)
  *   nor closed by the client. Waiting ones count: a real engine would hold them too. The time
  *   during which more than `maxRunningRequests` were open is measured in spells: total, count and
  *   longest, so a test can assert that a gateway never sends a worker more than its capacity;
