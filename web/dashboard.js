@@ -406,7 +406,7 @@
   }
 
   function budgetCell(t) {
-    if (t.budgets.length === 0) return el("td", { class: "muted-text" }, "none");
+    if (t.budgets.length === 0) return el("td", { class: "text muted-text" }, "none");
     const parts = t.budgets.map((b) => {
       const f = b.limit > 0 ? b.used / b.limit : 1;
       const [tone, word] = f >= 1 ? ["bad", "used up"] : f >= 0.8 ? ["warn", "near limit"] : ["ok", "within"];
@@ -425,7 +425,7 @@
         badge(tone, `${(f * 100).toFixed(0)}% ${word}`, `${id}-state`),
       );
     });
-    return el("td", { class: "budgets" }, ...parts);
+    return el("td", { class: "text budgets" }, ...parts);
   }
 
   function renderTenants(s) {
@@ -598,7 +598,11 @@
     const opts = {
       width: chartWidth(container),
       height: 200,
-      scales: { x: { time: true, range: () => span() } },
+      // Counts and rates start at 0, so a lone point is not the bottom of the axis.
+      scales: {
+        x: { time: true, range: () => span() },
+        y: { range: (_u, _min, max) => [0, max > 0 ? max * 1.1 : 1] },
+      },
       axes: [
         {
           space: timeFormat === clock ? 90 : 60,

@@ -255,6 +255,8 @@ describe("dashboard of a two-pool fleet in Chromium", () => {
     );
 
     const page = await context.newPage();
+    // tsx (esbuild) names the functions these tests send to the page with a helper of its own.
+    await page.addInitScript({ content: "globalThis.__name = (f) => f;" });
     const problems: string[] = [];
     page.on("pageerror", (e) => problems.push(`page error: ${e.message}`));
     page.on("console", (m) => {
