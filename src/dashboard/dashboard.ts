@@ -2,7 +2,8 @@
  * The live dashboard's server side (docs/dashboard.md). About once a second it samples the counters
  * the dashboard turns into rates (samples.ts), keeps the last five minutes of outcome rates for the
  * page's chart, and, while someone watches, builds a snapshot (snapshot.ts) and sends it to every
- * open event stream. It is also an outcome sink: the latest rejections come from the outcome records.
+ * open event stream. It is also an outcome sink: the rejections and the last hour come from the
+ * outcome records.
  *
  *   GET /api/v1/dashboard/snapshot   the snapshot, once (built on the call, from live sources)
  *   GET /api/v1/dashboard/events     text/event-stream: `history` (the chart's last five minutes)
