@@ -68,57 +68,6 @@ async function nextUpdate(page: Page): Promise<void> {
   });
 }
 
-/** Pairs of visible sibling elements whose boxes intersect (uPlot's stacked canvas layers aside). */
-function overlappingSiblings(page: Page): Promise<string[]> {
-  return page.evaluate(() => {
-    const describe = (e: Element) =>
-      `${e.tagName.toLowerCase()}${e.id ? `#${e.id}` : ""}${(e as HTMLElement).dataset.testid ? `[${(e as HTMLElement).dataset.testid}]` : ""} "${(e.textContent ?? "").trim().slice(0, 30)}"`;
-    const visible = (e: Element) => {
-      const r = e.getBoundingClientRect();
-      const style = getComputedStyle(e);
-      return r.width > 0 && r.height > 0 && style.visibility !== "hidden" && style.display !== "none";
-    };
-    const out: string[] = [];
-    for (const parent of document.querySelectorAll("body, body *")) {
-      if (parent.closest(".u-wrap")) continue; // the chart's layers sit on top of each other by design
-      const kids = [...parent.children].filter(
-        (e) => visible(e) && getComputedStyle(e).position !== "absolute" && !e.classList.contains("u-wrap"),
-      );
-      for (let i = 0; i < kids.length; i++) {
-        const a = kids[i]!.getBoundingClientRect();
-        for (let j = i + 1; j < kids.length; j++) {
-          const b = kids[j]!.getBoundingClientRect();
-          const w = Math.min(a.right, b.right) - Math.max(a.left, b.left);
-          const h = Math.min(a.bottom, b.bottom) - Math.max(a.top, b.top);
-          if (w > 0.5 && h > 0.5) out.push(`${describe(kids[i]!)} overlaps ${describe(kids[j]!)}`);
-        }
-      }
-    }
-    return out;
-  });
-}
-
-/** What the test reads of a uPlot chart the page keeps on its container (`container.uplot`). */
-interface DrawnAxis {
-  /** The labels as drawn (null where a tick has none) and their values. */
-  _values?: Array<string | null>;
-  _splits?: number[];
-  /** [font, size in canvas px, size in CSS px]. */
-  font: [string, number, number?];
-  scale: string;
-  ticks: { size: number };
-  gap: number;
-  labelSize?: number;
-  /** Its width (y) or height (x), CSS px. */
-  _size: number;
-}
-
-interface DrawnChart {
-  axes: DrawnAxis[];
-  data: number[][];
-  valToPos(value: number, scale: string): number;
-}
-
 interface AxisReport {
   chart: string;
   axis: number;
@@ -126,94 +75,13 @@ interface AxisReport {
   problems: string[];
 }
 
-/** Each chart's axis labels (drawn on its canvas) measured as uPlot drew them: neighbours must not meet. */
-function axisLabels(page: Page): Promise<AxisReport[]> {
-  return page.evaluate(() => {
-    const reports: AxisReport[] = [];
-    const ctx = document.createElement("canvas").getContext("2d")!;
-    for (const container of document.querySelectorAll(".chart")) {
-      const u = (container as unknown as { uplot?: DrawnChart }).uplot;
-      if (!u) continue;
-      u.axes.forEach((axis, i) => {
-        const values: string[] = (axis._values ?? []).filter((v: unknown) => v !== null).map(String);
-        const splits: number[] = (axis._splits ?? []).filter(
-          (_: unknown, k: number) => axis._values?.[k] !== null,
-        );
-        const problems: string[] = [];
-        ctx.font = axis.font[0];
-        const ratio = window.devicePixelRatio || 1;
-        const widths = values.map((v) => ctx.measureText(v).width / ratio);
-        const fontPx = axis.font[2] ?? axis.font[1] / ratio;
-        const pos = splits.map((v) => u.valToPos(v, axis.scale));
-        for (let k = 1; k < values.length; k++) {
-          if (i === 0) {
-            // Centred under their ticks: half of each width on either side.
-            const gap = Math.abs(pos[k]! - pos[k - 1]!) - (widths[k]! + widths[k - 1]!) / 2;
-            if (gap < 4)
-              problems.push(`"${values[k - 1]}" and "${values[k]}" are ${gap.toFixed(1)} px apart`);
-          } else {
-            const gap = Math.abs(pos[k]! - pos[k - 1]!) - fontPx;
-            if (gap < 2)
-              problems.push(`"${values[k - 1]}" and "${values[k]}" are ${gap.toFixed(1)} px apart`);
-          }
-        }
-        if (i === 1) {
-          // The numbers, the ticks and the rotated axis title must fit the axis' width.
-          const widest = Math.max(0, ...widths);
-          const need = widest + axis.ticks.size / ratio + axis.gap + (axis.labelSize ?? 0);
-          if (need > axis._size)
-            problems.push(`the y axis is ${axis._size} px wide, its labels need ${need.toFixed(1)}`);
-        }
-        reports.push({ chart: container.id, axis: i, values, problems });
-      });
-    }
-    return reports;
-  });
-}
+const PROBES = new URL("./layout-probes.js", import.meta.url);
 
-/** Tables whose header cells do not sit over their columns (box or text alignment). */
-function misalignedColumns(page: Page): Promise<string[]> {
-  return page.evaluate(() => {
-    const out: string[] = [];
-    for (const table of document.querySelectorAll<HTMLTableElement>("table.numbers")) {
-      if (table.getBoundingClientRect().height === 0 || table.tHead?.rows.length !== 1) continue;
-      const head = [...table.tHead.rows[0]!.cells];
-      for (const row of table.tBodies[0]?.rows ?? []) {
-        const cells = [...row.cells];
-        if (cells.length !== head.length) continue; // an "empty" row spans the table
-        cells.forEach((cell, i) => {
-          const h = head[i]!.getBoundingClientRect();
-          const c = cell.getBoundingClientRect();
-          const name = `${table.id || table.dataset.testid} column ${i + 1} (${head[i]!.textContent?.trim()})`;
-          if (Math.abs(h.left - c.left) > 1 || Math.abs(h.width - c.width) > 1)
-            out.push(`${name}: header at ${h.left}+${h.width}, cell at ${c.left}+${c.width}`);
-          const ha = getComputedStyle(head[i]!).textAlign;
-          const ca = getComputedStyle(cell).textAlign;
-          if (ha !== ca) out.push(`${name}: header aligned ${ha}, cells ${ca}`);
-        });
-      }
-    }
-    return out;
-  });
-}
-
-/** Every time the page shows: <time> elements, the charts' time axes and their legends' time. */
-function timesShown(page: Page): Promise<string[]> {
-  return page.evaluate(() => {
-    const out: string[] = [];
-    for (const t of document.querySelectorAll("time")) {
-      if (t.getBoundingClientRect().width > 0) out.push((t.textContent ?? "").trim());
-    }
-    for (const container of document.querySelectorAll(".chart")) {
-      const u = (container as unknown as { uplot?: DrawnChart }).uplot;
-      if (!u) continue;
-      for (const v of u.axes[0]._values ?? []) if (v !== null) out.push(String(v));
-      const legendTime = container.querySelector(".u-legend .u-series:first-child .u-value");
-      const text = legendTime?.textContent?.trim();
-      if (text && text !== "—") out.push(text);
-    }
-    return out;
-  });
+/** Runs one of layout-probes.js's probes in the page (loaded into it once). */
+async function probe<T>(page: Page, call: string): Promise<T> {
+  if (!(await page.evaluate("typeof window.sluiceProbes === 'object'")))
+    await page.evaluate(await readFile(PROBES, "utf8"));
+  return (await page.evaluate(`window.sluiceProbes.${call}`)) as T;
 }
 
 describe("dashboard of a two-pool fleet in Chromium", () => {
@@ -255,8 +123,6 @@ describe("dashboard of a two-pool fleet in Chromium", () => {
     );
 
     const page = await context.newPage();
-    // tsx (esbuild) names the functions these tests send to the page with a helper of its own.
-    await page.addInitScript({ content: "globalThis.__name = (f) => f;" });
     const problems: string[] = [];
     page.on("pageerror", (e) => problems.push(`page error: ${e.message}`));
     page.on("console", (m) => {
@@ -267,7 +133,7 @@ describe("dashboard of a two-pool fleet in Chromium", () => {
     await byTestId(page, "token-submit").click();
     await byTestId(page, "dashboard").waitFor({ state: "visible" });
     await nextUpdate(page);
-    const heightBefore = await page.evaluate(() => document.documentElement.scrollHeight);
+    const heightBefore = (await page.evaluate("document.documentElement.scrollHeight")) as number;
 
     // Forty-nine more of the same refusal: fifty in all, one group.
     for (let i = 0; i < 49; i++)
@@ -345,14 +211,14 @@ describe("dashboard of a two-pool fleet in Chromium", () => {
       ((await groups.locator('[data-testid="rejection-count"]').textContent()) ?? "").trim(),
       "50",
     );
-    const height = await page.evaluate(() => document.documentElement.scrollHeight);
+    const height = (await page.evaluate("document.documentElement.scrollHeight")) as number;
     t.diagnostic(`page height ${heightBefore} px after one refusal, ${height} px after fifty`);
     assert.ok(height - heightBefore < 40, `fifty refusals grew the page by ${height - heightBefore} px`);
     assert.ok(height < 3000, `the page is ${height} px tall`);
 
     // 3. Nothing overlaps: sibling boxes, and each chart's axis labels.
-    assert.deepEqual(await overlappingSiblings(page), []);
-    const axes = await axisLabels(page);
+    assert.deepEqual(await probe<string[]>(page, "overlappingSiblings()"), []);
+    const axes = await probe<AxisReport[]>(page, "axisLabels()");
     assert.equal(axes.length, 4, "two charts, two axes each");
     for (const a of axes) {
       assert.ok(a.values.length >= 2, `${a.chart} axis ${a.axis} has labels: ${a.values.join(" ")}`);
@@ -360,10 +226,10 @@ describe("dashboard of a two-pool fleet in Chromium", () => {
     }
 
     // 4. Headers over their columns.
-    assert.deepEqual(await misalignedColumns(page), []);
+    assert.deepEqual(await probe<string[]>(page, "misalignedColumns()"), []);
 
     // 5. Every time is 24-hour HH:MM or HH:MM:SS.
-    const times = await timesShown(page);
+    const times = await probe<string[]>(page, "timesShown()");
     assert.ok(times.length >= 5, `times shown: ${times.join(" ")}`);
     for (const time of times)
       assert.match(time, /^\d{2}:\d{2}(:\d{2})?$/, `a time shown: ${JSON.stringify(time)}`);
@@ -372,12 +238,7 @@ describe("dashboard of a two-pool fleet in Chromium", () => {
     // 6. The last hour has points from the first request on (no ledger here: the gateway's own count).
     assert.ok((await shown(page, "ledger-hour-requests")) >= 56, "every finished request so far");
     assert.ok((await shown(page, "ledger-hour-minutes")) >= 1);
-    const charted = await page.evaluate(() => {
-      const u = (document.getElementById("ledger-chart") as unknown as { uplot: DrawnChart }).uplot;
-      return u.data
-        .slice(1)
-        .reduce((n: number, series: number[]) => n + series.filter((v) => v > 0).length, 0);
-    });
+    const charted = await probe<number>(page, 'pointsAboveZero("ledger-chart")');
     assert.ok(charted >= 1, `the last hour's chart has points (${charted})`);
 
     // 7. A screenshot: a PNG, looked at by a person when the layout changes.
