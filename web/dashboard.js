@@ -668,8 +668,12 @@
     const byMinute = new Map(h.minutes.map((m) => [m.minute_ms, m]));
     const minutes = [];
     for (let t = h.since_ms; t <= h.current_minute_ms; t += 60_000) minutes.push(t);
-    // From the first minute on, at least ten minutes wide so a young gateway's points stand apart.
-    ledgerSpan = [h.since_ms / 1000, Math.max(h.since_ms + 600_000, h.current_minute_ms + 60_000) / 1000];
+    // From the first minute on (half a minute before it, so its point is not on the axis), at least
+    // ten minutes wide so a young gateway's points stand apart.
+    ledgerSpan = [
+      (h.since_ms - 30_000) / 1000,
+      Math.max(h.since_ms + 600_000, h.current_minute_ms + 60_000) / 1000,
+    ];
     const data = [
       minutes.map((t) => t / 1000),
       ...keys.map((k) => minutes.map((t) => byMinute.get(t)?.by_outcome[k] ?? 0)),
