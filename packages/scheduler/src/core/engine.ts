@@ -140,8 +140,8 @@ class Waiter implements QueueItem {
    * waiter); a refusal resolves it with a thenable that rejects (`refusal`).
    */
   resolve!: (outcome: SchedulerPermit | PromiseLike<SchedulerPermit>) => void;
-  /** The caller's signal and this waiter's listener on it, when the caller passed a signal. */
-  abort: AbortWatch | undefined = undefined;
+  signal: CancelSignal | undefined = undefined;
+  onAbort: (() => void) | undefined = undefined;
 
   constructor(
     tenant: string,
@@ -167,14 +167,6 @@ class Waiter implements QueueItem {
   get requestedRank(): number {
     return this.ranks >> 2;
   }
-}
-
-/** A signal and the listener to take off it once the waiter leaves the queue. */
-class AbortWatch {
-  constructor(
-    readonly signal: CancelSignal,
-    readonly listener: () => void,
-  ) {}
 }
 
 /** A thenable that rejects with `error`: what a waiter's promise is resolved with to refuse it. */
@@ -490,9 +482,9 @@ class PriorityScheduler implements Scheduler, PermitOwner {
     this.queues[rank]!.push(waiter, this.flowOf(policy, rank, tenant));
     this.queuedTotal++;
     if (signal !== undefined) {
-      const listener = () => this.cancel(waiter);
-      waiter.abort = new AbortWatch(signal, listener);
-      signal.addEventListener("abort", listener, { once: true });
+      waiter.signal = signal;
+      waiter.onAbort = () => this.cancel(waiter);
+      signal.addEventListener("abort", waiter.onAbort, { once: true });
     }
     const starveAt = now + this.starvationMs[rank]!;
     if (starveAt < this.starveCheckAt) this.starveCheckAt = starveAt;
@@ -504,11 +496,11 @@ class PriorityScheduler implements Scheduler, PermitOwner {
   /** Takes a waiter off its queue (it has been served, timed out or cancelled). */
   private detach(waiter: Waiter): void {
     this.queuedTotal--;
-    const abort = waiter.abort;
-    if (abort !== undefined) {
-      abort.signal.removeEventListener("abort", abort.listener);
-      waiter.abort = undefined;
+    if (waiter.signal !== undefined && waiter.onAbort !== undefined) {
+      waiter.signal.removeEventListener("abort", waiter.onAbort);
     }
+    waiter.signal = undefined;
+    waiter.onAbort = undefined;
   }
 
   /** Admits a waiter that has left its flow: into a free slot, or into a victim's. */
