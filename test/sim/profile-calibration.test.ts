@@ -61,6 +61,27 @@ test("the run driver refuses a run it cannot do", () => {
   assert.throws(() => simulateRun(toy, [{ prompt: 40_000, output: 1 }], 1), /context_length/);
 });
 
+test("the run driver agrees with the docs' stated-load table, one request at a time", () => {
+  // The stated-load table: 1,000 prompt and 200 output tokens, one request at a time.
+  const start = DOC.indexOf("| Profile | 1 request at a time | 32 at a time |");
+  assert.ok(start >= 0, "docs/simulate.md has no stated-load table");
+  const rows = DOC.slice(start, DOC.indexOf("\n\n", start)).split("\n").slice(2);
+  assert.equal(rows.length, PROFILE_CALIBRATIONS.length);
+  for (const row of rows) {
+    const [, name, one] = row.split("|").map((c) => c.trim());
+    const [ttft, tpot] = one!.split(" / ").map(Number);
+    const profile = WORKER_PROFILES[name!.replaceAll("`", "")]!;
+    const sim = simulateRun(
+      profile,
+      Array.from({ length: 5 }, () => ({ prompt: 1000, output: 200 })),
+      1,
+    );
+    // Printed to 0.1 ms (TTFT) and 0.01 ms (TPOT): equal within half of the last digit.
+    assert.ok(Math.abs(sim.ttftMs - ttft!) <= 0.05, `${name}: ttft ${sim.ttftMs} vs ${ttft}`);
+    assert.ok(Math.abs(sim.tpotMs - tpot!) <= 0.005, `${name}: tpot ${sim.tpotMs} vs ${tpot}`);
+  }
+});
+
 test("every named profile but the toy has a calibration entry and a row in the docs", () => {
   const real = PROFILE_NAMES.filter((n) => n !== "toy");
   assert.deepEqual(PROFILE_CALIBRATIONS.map((c) => c.profile).sort(), [...real].sort());
