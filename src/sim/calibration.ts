@@ -140,17 +140,18 @@ export function withinTolerance(simulated: LatencyFigures, published: LatencyFig
   );
 }
 
-// Lambda Labs' vLLM benchmark (github.com/LambdaLabsML/vllm-benchmark): vLLM v0.5.4 in its
-// official image, one H100 80GB SXM, max_model_len 2048, max_num_seqs 256, one scheduler step per
-// iteration (num-scheduler-steps 0: the single-step scheduler, so every output token is streamed
-// as its iteration ends). benchmark_serving sent 10 ShareGPT prompts at once (request rate inf);
-// the result file lists every request's prompt and output length.
+// Lambda Labs' vLLM benchmark (github.com/LambdaLabsML/vllm-benchmark, benchmark.py at the same
+// commit): vLLM v0.5.4 in its official image, one H100 80GB SXM, --max-model-len 2048,
+// --max-num-seqs 256, no --num-scheduler-steps (the single-step scheduler: every output token is
+// streamed as its iteration ends) and no chunked prefill, so an iteration's token budget is
+// max(max_model_len, 2048) = 2048. benchmark_serving sent 10 ShareGPT prompts at once (request
+// rate inf); the result file lists every request's prompt and output length.
 const LAMBDA_V054_LLAMA3_8B: PublishedMeasurement = {
   source:
     "LambdaLabsML/vllm-benchmark, results_v0.5.4/1xH100-80GB-SXM/Meta-Llama-3-8B-Instruct_tp1_mml2048_mns256_nss0_np10.json (commit 680cc0a3f925fbf1700b8ba928c7ceebe0015986, run 2024-09-15)",
   model: "meta-llama/Meta-Llama-3-8B-Instruct (BF16; the same shapes as Llama 3.1 8B)",
   hardware: "1 x H100 80GB SXM, TP1",
-  engine: "vLLM v0.5.4, single-step scheduling, max_num_seqs 256",
+  engine: "vLLM v0.5.4, single-step scheduling, max_num_seqs 256, no chunked prefill",
   workload: "10 ShareGPT requests sent at once (1,369 prompt and 1,866 output tokens in all)",
   requests: [
     { prompt: 13, output: 120 },
@@ -165,7 +166,7 @@ const LAMBDA_V054_LLAMA3_8B: PublishedMeasurement = {
     { prompt: 205, output: 31 },
   ],
   concurrency: 10,
-  engineSettings: { maxRunning: 256 },
+  engineSettings: { maxRunning: 256, maxBatchedTokens: 2048 },
   published: { ttftMs: 55.27, tpotMs: 10.15, itlMs: 8.72 },
 };
 
