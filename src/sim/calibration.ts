@@ -174,7 +174,9 @@ const SEARCHED_COMMON = [
   "BLIS (inference-sim/inference-sim, inference-sim/training, inference-sim/sim-to-real-accuracy-validation): the vLLM runs its coefficients were fitted on are not published (its repositories hold simulated golden figures; the ground-truth directories are untracked)",
   "Vidur (microsoft/vidur): operator profiles, no end-to-end serving table for these models",
   "LambdaLabsML/vllm-benchmark: Llama 3 / 3.1 8B and 70B only",
-  "vLLM issues and pull requests, SGLang benchmark pages, NVIDIA Dynamo and NIM pages, GPUStack performance lab, Azure and Ori blog posts",
+  "NVIDIA NIM benchmarking pages: TensorRT-LLM, mostly FP8, not these engines and precisions",
+  "tenstorrent/tt-inference-server GPU reference runs: H100 tables for other models only",
+  "vLLM issues and pull requests, SGLang benchmark pages, NVIDIA Dynamo pages, GPUStack performance lab, Red Hat AI model cards, Azure and Ori blog posts",
 ];
 
 export const PROFILE_CALIBRATIONS: readonly ProfileCalibration[] = [
