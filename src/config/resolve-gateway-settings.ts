@@ -23,6 +23,7 @@ import type {
   GatewayStartSettings,
   WorkerSpec,
 } from "./gateway-settings.js";
+import { fileInferenceGateway } from "./inference-objectives.js";
 import { type Environment, envValue, resolveOptionValues } from "./option-layers.js";
 import { urlArg } from "./option-parsers.js";
 
@@ -44,6 +45,8 @@ export function resolveGatewaySettings({ commandLine, env }: SettingsInput): Gat
   const workers = mergeWorkers(values.worker_urls ?? [], file, configPath);
   const { apiKeys, pricing } = reloadableParts(file, configPath);
   const trustedTenantHeader = fileTrustedTenantHeader(file, configPath);
+  // The tables are checked whatever the switch says, so a bad table fails before it is turned on.
+  const inferenceTables = fileInferenceGateway(file, configPath);
 
   return {
     workerUrls: workers.map((w) => w.url),
@@ -66,6 +69,7 @@ export function resolveGatewaySettings({ commandLine, env }: SettingsInput): Gat
     workers,
     apiKeys,
     trustedTenantHeader,
+    inferenceGateway: values.inference_gateway_headers ? inferenceTables : undefined,
     requireAuth: values.require_auth,
     maxPayloadSize: values.max_payload_size,
     requestTimeoutSecs: values.request_timeout_secs,
