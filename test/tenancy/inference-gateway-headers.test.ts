@@ -169,6 +169,9 @@ describe("inference gateway headers: trusted", () => {
       [{ [OBJECTIVE]: "real time" }, OBJECTIVE],
       [{ [OBJECTIVE]: "2147483648" }, OBJECTIVE],
       [{ [OBJECTIVE]: "-2147483649" }, OBJECTIVE],
+      // What Node makes of a header sent twice: the values joined by ", ".
+      [{ [OBJECTIVE]: "premium, batch" }, OBJECTIVE],
+      [{ [FAIRNESS]: "team-a,team-b" }, FAIRNESS],
     ];
     for (const [headers, param] of bad) {
       const reply = await fleet.chat({}, headers);

@@ -16,7 +16,6 @@ import {
   OBJECTIVE_NAME,
 } from "../../config/inference-objectives.js";
 import { GatewayError } from "../../contracts/gateway-error.js";
-import { firstHeaderValue } from "../http/headers.js";
 
 export const FAIRNESS_ID_HEADER = "x-gateway-inference-fairness-id";
 export const OBJECTIVE_HEADER = "x-gateway-inference-objective";
@@ -26,8 +25,8 @@ const PRIORITY_HEADER = "x-smg-priority";
 /** Tenant keys from the fairness id: `fairness:<id>`, beside `auth:` and `header:`. */
 export const FAIRNESS_TENANT_PREFIX = "fairness:";
 
-/** A fairness id: 1 to 253 visible ASCII characters (it becomes a tenant key and a metric label). */
-const FAIRNESS_ID = /^[\x21-\x7e]{1,253}$/;
+/** A fairness id: 1 to 253 visible ASCII characters but the comma (it becomes a tenant key and a metric label). */
+const FAIRNESS_ID = /^[\x21-\x2b\x2d-\x7e]{1,253}$/;
 const INTEGER = /^[+-]?\d+$/;
 
 /** What a trusted objective header resolved to. */
@@ -43,13 +42,17 @@ function invalid(header: string, reason: string): GatewayError {
   return new GatewayError("invalid_inference_header", `${header}: ${reason}`, { param: header });
 }
 
-/** The single value of a header; a repeated header with different values is refused. */
+/**
+ * The single value of a header. Node joins a repeated header's values with ", ", so a comma means
+ * the header came twice (or holds one, which neither header may): refused, as the two could differ.
+ */
 function single(headers: IncomingHttpHeaders, name: string): string | undefined {
   const raw = headers[name];
   if (raw === undefined) return undefined;
-  if (Array.isArray(raw) && new Set(raw).size > 1)
-    throw invalid(name, "sent more than once with different values");
-  const value = firstHeaderValue(raw)?.trim();
+  const values = Array.isArray(raw) ? raw : [raw];
+  if (values.length > 1 || values[0]!.includes(","))
+    throw invalid(name, "sent more than once, or holds a comma");
+  const value = values[0]!.trim();
   return value === "" ? undefined : value;
 }
 
