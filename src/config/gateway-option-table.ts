@@ -522,6 +522,10 @@ export const GATEWAY_OPTIONS = {
     help: "shared state: a dead replica's slots come back within this time (renewed while requests run)",
     doc: "a slot is a lease renewed while its request runs; a replica killed with SIGKILL has its slots back within this time",
   }),
+  inference_gateway_headers: toggle({
+    help: "trust a Gateway API inference gateway in front: x-gateway-inference-fairness-id names the tenant, x-gateway-inference-objective the class (docs/kubernetes.md)",
+    doc: "trust `x-gateway-inference-fairness-id` (tenant `fairness:<id>`) and `x-gateway-inference-objective` (class by `inference_objective_classes`); off: both are removed (docs/kubernetes.md)",
+  }),
   config: {
     ...value({
       arg: "<path>",

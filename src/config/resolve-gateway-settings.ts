@@ -23,6 +23,7 @@ import type {
   GatewayStartSettings,
   WorkerSpec,
 } from "./gateway-settings.js";
+import { fileInferenceGateway } from "./inference-objectives.js";
 import { type Environment, envValue, resolveOptionValues } from "./option-layers.js";
 import { urlArg } from "./option-parsers.js";
 
@@ -50,6 +51,8 @@ export function resolveGatewaySettings({
   const workers = mergeWorkers(values.worker_urls ?? [], file, configPath, requireWorkers);
   const { apiKeys, pricing } = reloadableParts(file, configPath);
   const trustedTenantHeader = fileTrustedTenantHeader(file, configPath);
+  // The tables are checked whatever the switch says, so a bad table fails before it is turned on.
+  const inferenceTables = fileInferenceGateway(file, configPath);
 
   return {
     workerUrls: workers.map((w) => w.url),
@@ -72,6 +75,7 @@ export function resolveGatewaySettings({
     workers,
     apiKeys,
     trustedTenantHeader,
+    inferenceGateway: values.inference_gateway_headers ? inferenceTables : undefined,
     requireAuth: values.require_auth,
     maxPayloadSize: values.max_payload_size,
     requestTimeoutSecs: values.request_timeout_secs,
