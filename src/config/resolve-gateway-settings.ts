@@ -127,6 +127,7 @@ export function resolveGatewaySettings({ commandLine, env }: SettingsInput): Gat
             leaseTtlSecs: values.lease_ttl_secs,
           },
     otlpEndpoint: values.otlp_endpoint,
+    otlpMetrics: values.otlp_metrics === "on",
     configPath,
   };
 }
