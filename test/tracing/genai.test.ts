@@ -6,6 +6,8 @@
  * metrics SDK never loaded when metrics are off.
  */
 import assert from "node:assert/strict";
+import { createServer } from "node:http";
+import type { AddressInfo } from "node:net";
 import { join } from "node:path";
 import { describe, type TestContext, test } from "node:test";
 import { ATTR_ERROR_TYPE, ATTR_SERVER_ADDRESS, ATTR_SERVER_PORT } from "@opentelemetry/semantic-conventions";
@@ -26,6 +28,12 @@ import {
   METRIC_GEN_AI_SERVER_TIME_PER_OUTPUT_TOKEN,
   METRIC_GEN_AI_SERVER_TIME_TO_FIRST_TOKEN,
 } from "@opentelemetry/semantic-conventions/incubating";
+import { parseGatewayArgs } from "../../src/cli/flags.js";
+import type {
+  RoutingCandidate,
+  RoutingPolicy,
+  RoutingPolicyFactory,
+} from "../../src/contracts/routing-policy.js";
 import { metricsUrl } from "../../src/tracing/endpoint.js";
 import {
   DURATION_BUCKETS,
@@ -95,6 +103,48 @@ function assertCallAttributes(
   ])
     assert.equal(types[key], "stringValue", `${what}: ${key} is a string`);
   assert.equal(types[ATTR_SERVER_PORT], "intValue", `${what}: server.port is an int`);
+}
+
+/**
+ * A worker that looks like vLLM to the gateway's probes (no /get_server_info; its models are
+ * `owned_by: "vllm"`), or like no known engine (`owned_by` something else), and answers chats whole.
+ */
+async function engineWorker(t: TestContext, ownedBy: string): Promise<string> {
+  const server = createServer((req, res) => {
+    req.resume();
+    req.on("end", () => {
+      const json = (status: number, body: unknown) =>
+        res.writeHead(status, { "content-type": "application/json" }).end(JSON.stringify(body));
+      if (req.method === "GET" && req.url === "/v1/models")
+        return json(200, { object: "list", data: [{ id: MODEL, object: "model", owned_by: ownedBy }] });
+      if (req.method === "GET") return json(req.url === "/health" ? 200 : 404, {});
+      json(200, {
+        id: "chatcmpl-1",
+        object: "chat.completion",
+        model: `${MODEL}-served`,
+        choices: [{ index: 0, message: { role: "assistant", content: "ok" }, finish_reason: "stop" }],
+        usage: { prompt_tokens: 7, completion_tokens: 1, total_tokens: 8 },
+      });
+    });
+  });
+  await new Promise<void>((resolve) => server.listen(0, "127.0.0.1", resolve));
+  t.after(
+    () =>
+      new Promise<void>((resolve) => {
+        server.close(() => resolve());
+        server.closeAllConnections();
+      }),
+  );
+  return `http://127.0.0.1:${(server.address() as AddressInfo).port}`;
+}
+
+/** A routing policy that always picks this worker when it can. */
+function preferring(url: string): RoutingPolicyFactory {
+  return <W extends RoutingCandidate>(): RoutingPolicy<W> => ({
+    name: "test_prefer",
+    choose: (candidates) => candidates.find((c) => c.url === url) ?? candidates[0],
+    onWorkerRemoved() {},
+  });
 }
 
 describe("GenAI semantic conventions", () => {
@@ -226,6 +276,31 @@ describe("GenAI semantic conventions", () => {
     assert.equal(served.attrs[ATTR_GEN_AI_PROVIDER_NAME], "sglang");
   });
 
+  test("gen_ai.provider.name: vllm from its model list, openai_compatible for a server of unknown make", async (t) => {
+    for (const [ownedBy, provider] of [
+      ["vllm", "vllm"],
+      ["someone", "openai_compatible"],
+    ] as const) {
+      const receiver = await startReceiver(t);
+      const url = await engineWorker(t, ownedBy);
+      const fleet = await startFleet(t, {
+        extraWorkers: [{ url }],
+        gateway: { otlpEndpoint: receiver.endpoint, routingPolicy: preferring(url) },
+      });
+      assert.equal((await fleet.chat()).status, 200);
+      await fleet.gateway.close();
+      const upstream = one(receiver.spans, (s) => s.kind === KIND_CLIENT, "upstream span");
+      assert.equal(upstream.attrs["sluice.worker"], url);
+      assert.equal(upstream.attrs[ATTR_GEN_AI_PROVIDER_NAME], provider, ownedBy);
+      // The answer named a model of its own: the response model is the answer's, not the request's.
+      assert.equal(upstream.attrs[ATTR_GEN_AI_RESPONSE_MODEL], `${MODEL}-served`);
+      assert.equal(upstream.attrs[ATTR_GEN_AI_REQUEST_MODEL], MODEL);
+      const [duration] = points(receiver.points, METRIC_GEN_AI_SERVER_REQUEST_DURATION);
+      assert.equal(duration?.attrs[ATTR_GEN_AI_PROVIDER_NAME], provider);
+      assert.equal(duration?.attrs[ATTR_GEN_AI_RESPONSE_MODEL], `${MODEL}-served`);
+    }
+  });
+
   test("--otlp-metrics off: traces only, nothing posted to /v1/metrics", async (t) => {
     const receiver = await startReceiver(t);
     const fleet = await startFleet(t, { gateway: { otlpEndpoint: receiver.endpoint, otlpMetrics: false } });
@@ -250,6 +325,19 @@ describe("GenAI semantic conventions", () => {
     // The same watch sees them when metrics are on: the zeros above can fail.
     const on = await loaded("metrics");
     assert.ok(on.metrics > 0 && on.traces);
+  });
+});
+
+describe("--otlp-metrics", () => {
+  const WORKERS = ["--worker-urls", "http://w1:8000", "--otlp-endpoint", "http://c:4318"];
+
+  test("on by default; off from the flag, the environment or the YAML key; a bad value names them", async (t) => {
+    assert.equal(parseGatewayArgs(WORKERS).otlpMetrics, true);
+    assert.equal(parseGatewayArgs([...WORKERS, "--otlp-metrics", "off"]).otlpMetrics, false);
+    assert.throws(() => parseGatewayArgs([...WORKERS, "--otlp-metrics", "no"]), /--otlp-metrics.*on, off/);
+    setEnv(t, "SLUICE_OTLP_METRICS", "off");
+    assert.equal(parseGatewayArgs(WORKERS).otlpMetrics, false);
+    assert.equal(parseGatewayArgs([...WORKERS, "--otlp-metrics", "on"]).otlpMetrics, true, "the flag wins");
   });
 });
 
