@@ -30,6 +30,7 @@ import {
   ATTR_MODEL,
   ATTR_OUTCOME,
   ATTR_POOL,
+  ATTR_QUEUE_WAIT_MS,
   ATTR_REQUEST_ID,
   ATTR_SERVER_ADDRESS,
   ATTR_SERVER_PORT,
@@ -305,6 +306,7 @@ export class RequestSpans {
     span.setAttribute(ATTR_OUTCOME, record.outcome);
     span.setAttribute(ATTR_HTTP_RESPONSE_STATUS_CODE, record.status);
     if (this.attempts > 0) span.setAttribute(ATTR_ATTEMPTS, this.attempts);
+    if (this.queued) span.setAttribute(ATTR_QUEUE_WAIT_MS, record.queueWaitMs);
     if (record.model !== undefined) span.setAttribute(ATTR_MODEL, record.model);
     if (pool !== undefined) span.setAttribute(ATTR_POOL, pool);
     if (record.requestedClass !== undefined) span.setAttribute(ATTR_CLASS_REQUESTED, record.requestedClass);

@@ -188,6 +188,7 @@ describe("GenAI semantic conventions", () => {
     // sluice's own stay sluice.*.
     assert.equal(request.attrs["sluice.class.effective"], "interactive");
     assert.equal(typeof request.attrs["sluice.pool"], "string");
+    assert.equal(typeof request.attrs["sluice.queue_wait_ms"], "number");
 
     // Metrics, posted to /v1/metrics at close.
     assert.ok(receiver.paths.includes("/v1/metrics"), `metrics posted: ${receiver.paths}`);
