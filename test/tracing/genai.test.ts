@@ -251,6 +251,47 @@ describe("GenAI semantic conventions", () => {
     assert.ok(!receiver.payloads.join("\n").includes(MARKER));
   });
 
+  test("text completions: OpenAI's /v1/completions and SGLang's /generate (max_new_tokens, meta_info)", async (t) => {
+    const receiver = await startReceiver(t);
+    const fleet = await startFleet(t, { gateway: { otlpEndpoint: receiver.endpoint } });
+    const completion = await fleet.send("/v1/completions", {
+      body: { model: MODEL, prompt: `complete ${MARKER}`, max_tokens: 3 },
+    });
+    assert.equal(completion.status, 200, completion.text);
+    const generate = await fleet.send("/generate", {
+      body: { model: MODEL, text: `generate ${MARKER}`, sampling_params: { max_new_tokens: 2 } },
+    });
+    assert.equal(generate.status, 200, generate.text);
+    await fleet.gateway.close();
+
+    const upstreams = receiver.spans.filter((s) => s.kind === KIND_CLIENT);
+    assert.deepEqual(upstreams.map((s) => s.name).sort(), [
+      `text_completion ${MODEL}`,
+      `text_completion ${MODEL}`,
+    ]);
+    const byRoute = (path: string) => one(upstreams, (s) => String(s.attrs["url.full"]).endsWith(path), path);
+    const openai = byRoute("/v1/completions");
+    assert.equal(openai.attrs[ATTR_GEN_AI_OPERATION_NAME], "text_completion");
+    assert.equal(openai.attrs[ATTR_GEN_AI_REQUEST_MAX_TOKENS], 3);
+    assert.deepEqual(openai.attrs[ATTR_GEN_AI_RESPONSE_FINISH_REASONS], ["length"]);
+    const sglang = byRoute("/generate");
+    assert.equal(sglang.attrs[ATTR_GEN_AI_REQUEST_MAX_TOKENS], 2);
+    assert.equal(sglang.types[ATTR_GEN_AI_RESPONSE_FINISH_REASONS], "arrayValue");
+    assert.equal((sglang.attrs[ATTR_GEN_AI_RESPONSE_FINISH_REASONS] as string[]).length, 1);
+    // SGLang's native answer names no model: its series has no gen_ai.response.model.
+    const durations = points(receiver.points, METRIC_GEN_AI_SERVER_REQUEST_DURATION);
+    assert.deepEqual(
+      durations
+        .map((p) => [p.attrs[ATTR_GEN_AI_OPERATION_NAME], p.attrs[ATTR_GEN_AI_RESPONSE_MODEL], p.count])
+        .sort(),
+      [
+        ["text_completion", undefined, 1],
+        ["text_completion", MODEL, 1],
+      ],
+    );
+    assert.ok(!receiver.payloads.join("\n").includes(MARKER));
+  });
+
   test("a failed request's duration carries error.type; gen_ai_latest_experimental drops gen_ai.system", async (t) => {
     setEnv(t, "OTEL_SEMCONV_STABILITY_OPT_IN", "http, gen_ai_latest_experimental");
     const receiver = await startReceiver(t);
