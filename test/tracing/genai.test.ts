@@ -353,6 +353,23 @@ describe("GenAI semantic conventions", () => {
     assert.deepEqual(receiver.points, []);
   });
 
+  test("metrics without traces: OTEL_TRACES_SAMPLER=always_off exports no span, the metrics still", async (t) => {
+    setEnv(t, "OTEL_TRACES_SAMPLER", "always_off");
+    const receiver = await startReceiver(t);
+    const fleet = await startFleet(t, { gateway: { otlpEndpoint: receiver.endpoint } });
+    assert.equal((await fleet.chat()).status, 200);
+    await fleet.gateway.close();
+    assert.deepEqual(receiver.spans, []);
+    assert.ok(!receiver.paths.includes("/v1/traces"), `${receiver.paths}`);
+    const [duration] = points(receiver.points, METRIC_GEN_AI_SERVER_REQUEST_DURATION);
+    assert.equal(duration?.count, 1);
+    assert.equal(
+      duration?.attrs[ATTR_GEN_AI_RESPONSE_MODEL],
+      MODEL,
+      "the answer is still read for its model",
+    );
+  });
+
   test("the metrics SDK is loaded only when metrics are on", async () => {
     const script = join(REPO_ROOT, "test/tracing/fixtures/module-watch.ts");
     const loaded = async (mode: string) => {
