@@ -46,7 +46,7 @@ import {
   TOKEN_BUCKETS,
 } from "../../src/tracing/genai-attributes.js";
 import { exited, REPO_ROOT, startProcess } from "../helpers/cli-process.js";
-import { schedulerDoc, startFleet } from "../helpers/harness.js";
+import { schedulerDoc, startFleet, writeTempFile } from "../helpers/harness.js";
 import {
   type HistogramPoint,
   KIND_CLIENT,
@@ -397,6 +397,11 @@ describe("--otlp-metrics", () => {
     setEnv(t, "SLUICE_OTLP_METRICS", "off");
     assert.equal(parseGatewayArgs(WORKERS).otlpMetrics, false);
     assert.equal(parseGatewayArgs([...WORKERS, "--otlp-metrics", "on"]).otlpMetrics, true, "the flag wins");
+    delete process.env.SLUICE_OTLP_METRICS;
+    const off = await writeTempFile(t, "gateway.yaml", "otlp_metrics: off\n");
+    assert.equal(parseGatewayArgs([...WORKERS, "--config", off]).otlpMetrics, false);
+    const bad = await writeTempFile(t, "gateway.yaml", "otlp_metrics: sometimes\n");
+    assert.throws(() => parseGatewayArgs([...WORKERS, "--config", bad]), /otlp_metrics.*on, off/);
   });
 });
 
