@@ -491,11 +491,11 @@ export const GATEWAY_OPTIONS = {
     docDefault: "unset (off)",
   }),
   otlp_metrics: value({
-    arg: "<on|off>",
+    arg: "<mode>",
     parse: choiceArg(["on", "off"] as const),
     default: "on",
-    help: "with --otlp-endpoint: GenAI metrics (request duration, TTFT, TPOT, tokens, queue wait) to <url>/v1/metrics too; off = traces only",
-    doc: "with `--otlp-endpoint`: OpenTelemetry GenAI metrics over OTLP/HTTP to `URL/v1/metrics` (`gen_ai.server.request.duration`, `gen_ai.server.time_to_first_token`, `gen_ai.server.time_per_output_token`, `gen_ai.client.token.usage`, `sluice.queue.wait`; docs/genai-telemetry.md). `off` exports traces only and never loads the metrics SDK",
+    help: "on|off; with --otlp-endpoint: GenAI metrics (request duration, TTFT, TPOT, tokens, queue wait) to <url>/v1/metrics too; off = traces only",
+    doc: "`on` or `off`; with `--otlp-endpoint`: OpenTelemetry GenAI metrics over OTLP/HTTP to `URL/v1/metrics` (`gen_ai.server.request.duration`, `gen_ai.server.time_to_first_token`, `gen_ai.server.time_per_output_token`, `gen_ai.client.token.usage`, `sluice.queue.wait`; docs/genai-telemetry.md). `off` exports traces only and never loads the metrics SDK",
   }),
   state_key_prefix: value({
     arg: "<prefix>",
