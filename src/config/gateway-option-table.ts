@@ -487,7 +487,7 @@ export const GATEWAY_OPTIONS = {
     arg: "<url>",
     parse: checkedArg(otlpEndpointProblem),
     help: "OpenTelemetry traces over OTLP/HTTP to <url>/v1/traces, e.g. http://collector:4318 (docs/tracing.md); without it tracing is off",
-    doc: "OpenTelemetry traces over OTLP/HTTP (JSON) to `URL/v1/traces`, e.g. `http://collector:4318`: a span per request with children for the queue wait, each upstream attempt and the stream; the worker's `traceparent` names the attempt's span (docs/tracing.md). Off: nothing is traced and a client's `traceparent` reaches the worker as sent",
+    doc: "OpenTelemetry traces over OTLP/HTTP (JSON) to `URL/v1/traces`, e.g. `http://collector:4318`: a span per request with children for the queue wait, each upstream attempt and the stream; the worker's `traceparent` names the attempt's span (docs/tracing.md). With it, GenAI metrics go to `URL/v1/metrics` too unless `--otlp-metrics off` (docs/genai-telemetry.md). Off: nothing is traced and a client's `traceparent` reaches the worker as sent",
     docDefault: "unset (off)",
   }),
   otlp_metrics: value({

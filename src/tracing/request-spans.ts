@@ -282,6 +282,8 @@ export class RequestSpans {
     const errorType = typeof code === "string" ? code : error.name;
     if (attempt !== undefined) {
       attempt.recordException(error);
+      // A stream cut part-way: what its events said so far (the model, choices already finished).
+      if (this.operation !== undefined) this.setAnswered(attempt, undefined);
       this.attemptEnded(undefined, errorType);
     }
     this.streamEnded(errorType);

@@ -52,6 +52,7 @@ import {
   KIND_CLIENT,
   KIND_SERVER,
   type Received,
+  STATUS_ERROR,
   startReceiver,
 } from "./otlp-receiver.js";
 
@@ -125,6 +126,37 @@ async function engineWorker(t: TestContext, ownedBy: string): Promise<string> {
         choices: [{ index: 0, message: { role: "assistant", content: "ok" }, finish_reason: "stop" }],
         usage: { prompt_tokens: 7, completion_tokens: 1, total_tokens: 8 },
       });
+    });
+  });
+  await new Promise<void>((resolve) => server.listen(0, "127.0.0.1", resolve));
+  t.after(
+    () =>
+      new Promise<void>((resolve) => {
+        server.close(() => resolve());
+        server.closeAllConnections();
+      }),
+  );
+  return `http://127.0.0.1:${(server.address() as AddressInfo).port}`;
+}
+
+/** A worker that starts a stream (one event naming its model) and then drops the connection. */
+async function cuttingWorker(t: TestContext): Promise<string> {
+  const server = createServer((req, res) => {
+    req.resume();
+    req.on("end", () => {
+      if (req.method === "GET") {
+        const found = req.url === "/health" || req.url === "/v1/models";
+        res.writeHead(found ? 200 : 404, { "content-type": "application/json" });
+        return res.end(
+          JSON.stringify(req.url === "/v1/models" ? { data: [{ id: MODEL, owned_by: "vllm" }] } : {}),
+        );
+      }
+      res.writeHead(200, { "content-type": "text/event-stream" });
+      const event = {
+        model: `${MODEL}-cut`,
+        choices: [{ index: 0, delta: { content: "a" }, finish_reason: null }],
+      };
+      res.write(`data: ${JSON.stringify(event)}\n\n`, () => setTimeout(() => res.destroy(), 20));
     });
   });
   await new Promise<void>((resolve) => server.listen(0, "127.0.0.1", resolve));
@@ -341,6 +373,26 @@ describe("GenAI semantic conventions", () => {
       assert.equal(duration?.attrs[ATTR_GEN_AI_PROVIDER_NAME], provider);
       assert.equal(duration?.attrs[ATTR_GEN_AI_RESPONSE_MODEL], `${MODEL}-served`);
     }
+  });
+
+  test("a stream cut part-way: the attempt is an error with the model its events named; the duration has error.type", async (t) => {
+    const receiver = await startReceiver(t);
+    const url = await cuttingWorker(t);
+    const fleet = await startFleet(t, {
+      extraWorkers: [{ url }],
+      gateway: { otlpEndpoint: receiver.endpoint, routingPolicy: preferring(url) },
+    });
+    await fleet.chat({ stream: true }).catch(() => undefined);
+    await fleet.gateway.close();
+    const upstream = one(receiver.spans, (s) => s.kind === KIND_CLIENT, "upstream span");
+    assert.equal(upstream.attrs["sluice.worker"], url);
+    assert.equal(upstream.statusCode, STATUS_ERROR);
+    assert.equal(upstream.attrs[ATTR_GEN_AI_RESPONSE_MODEL], `${MODEL}-cut`);
+    assert.equal(upstream.attrs[ATTR_GEN_AI_RESPONSE_FINISH_REASONS], undefined, "no choice finished");
+    assert.equal(upstream.attrs[ATTR_GEN_AI_PROVIDER_NAME], "vllm");
+    const [duration] = points(receiver.points, METRIC_GEN_AI_SERVER_REQUEST_DURATION);
+    assert.equal(typeof duration?.attrs[ATTR_ERROR_TYPE], "string");
+    assert.deepEqual(points(receiver.points, METRIC_GEN_AI_SERVER_TIME_TO_FIRST_TOKEN), [], "not a success");
   });
 
   test("--otlp-metrics off: traces only, nothing posted to /v1/metrics", async (t) => {
