@@ -72,6 +72,17 @@ export function operationOf(route: string): GenAiOperation | undefined {
  */
 export const PROVIDER_UNKNOWN = "openai_compatible";
 
+/** Engines whose own name is the provider name; any other (or none known) is PROVIDER_UNKNOWN. */
+const NAMED_ENGINES = new Set(["vllm", "sglang"]);
+
+/**
+ * `gen_ai.provider.name` for a worker's engine as the gateway recognised it. A generic
+ * OpenAI-compatible server is not `openai` (that value means OpenAI's own service).
+ */
+export function providerOf(engine: string | undefined): string {
+  return engine !== undefined && NAMED_ENGINES.has(engine) ? engine : PROVIDER_UNKNOWN;
+}
+
 /** The span name the conventions give an inference call: `{operation} {model}`, or the operation alone. */
 export function genAiSpanName(operation: GenAiOperation, model: string | undefined): string {
   return model === undefined ? operation : `${operation} ${model}`;

@@ -58,6 +58,7 @@ import {
   genAiSpanName,
   operationOf,
   PROVIDER_UNKNOWN,
+  providerOf,
 } from "./genai-attributes.js";
 import type { FinishedCall, FinishedCallSink } from "./genai-call.js";
 import { parentFromHeaders, type WorkerHeaders, withTraceParent } from "./propagation.js";
@@ -207,7 +208,7 @@ export class RequestSpans {
     const operation = this.operation;
     if (operation !== undefined) {
       this.ask = ask;
-      this.provider = engine ?? PROVIDER_UNKNOWN;
+      this.provider = providerOf(engine);
       this.setProvider(attributes);
       attributes[ATTR_GEN_AI_OPERATION_NAME] = operation;
       const model = ask?.model;

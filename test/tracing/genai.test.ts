@@ -40,6 +40,7 @@ import {
   latestGenAiOnly,
   METRIC_SLUICE_QUEUE_WAIT,
   operationOf,
+  providerOf,
   QUEUE_WAIT_BUCKETS,
   TIME_PER_OUTPUT_TOKEN_BUCKETS,
   TIME_TO_FIRST_TOKEN_BUCKETS,
@@ -464,6 +465,14 @@ describe("GenAI names and values", () => {
     assert.equal(operationOf("/generate"), "text_completion");
     assert.equal(operationOf("/v1/embeddings"), "embeddings");
     assert.equal(operationOf("/v1/score"), undefined);
+    assert.equal(providerOf("vllm"), "vllm");
+    assert.equal(providerOf("sglang"), "sglang");
+    assert.equal(
+      providerOf("openai"),
+      "openai_compatible",
+      "a generic OpenAI-compatible server is not OpenAI",
+    );
+    assert.equal(providerOf(undefined), "openai_compatible");
     assert.equal(latestGenAiOnly(undefined), false);
     assert.equal(latestGenAiOnly("http"), false);
     assert.equal(latestGenAiOnly("http, gen_ai_latest_experimental"), true);
