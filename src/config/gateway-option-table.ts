@@ -487,8 +487,15 @@ export const GATEWAY_OPTIONS = {
     arg: "<url>",
     parse: checkedArg(otlpEndpointProblem),
     help: "OpenTelemetry traces over OTLP/HTTP to <url>/v1/traces, e.g. http://collector:4318 (docs/tracing.md); without it tracing is off",
-    doc: "OpenTelemetry traces over OTLP/HTTP (JSON) to `URL/v1/traces`, e.g. `http://collector:4318`: a span per request with children for the queue wait, each upstream attempt and the stream; the worker's `traceparent` names the attempt's span (docs/tracing.md). Off: nothing is traced and a client's `traceparent` reaches the worker as sent",
+    doc: "OpenTelemetry traces over OTLP/HTTP (JSON) to `URL/v1/traces`, e.g. `http://collector:4318`: a span per request with children for the queue wait, each upstream attempt and the stream; the worker's `traceparent` names the attempt's span (docs/tracing.md). With it, GenAI metrics go to `URL/v1/metrics` too unless `--otlp-metrics off` (docs/genai-telemetry.md). Off: nothing is traced and a client's `traceparent` reaches the worker as sent",
     docDefault: "unset (off)",
+  }),
+  otlp_metrics: value({
+    arg: "<mode>",
+    parse: choiceArg(["on", "off"] as const),
+    default: "on",
+    help: "on|off; with --otlp-endpoint: GenAI metrics (request duration, TTFT, TPOT, tokens, queue wait) to <url>/v1/metrics too; off = traces only",
+    doc: "`on` or `off`; with `--otlp-endpoint`: OpenTelemetry GenAI metrics over OTLP/HTTP to `URL/v1/metrics` (`gen_ai.server.request.duration`, `gen_ai.server.time_to_first_token`, `gen_ai.server.time_per_output_token`, `gen_ai.client.token.usage`, `sluice.queue.wait`; docs/genai-telemetry.md). `off` exports traces only and never loads the metrics SDK",
   }),
   state_key_prefix: value({
     arg: "<prefix>",

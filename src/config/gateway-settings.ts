@@ -129,6 +129,8 @@ export interface GatewayStartSettings {
   state: StateOptions | undefined;
   /** OpenTelemetry traces to this OTLP/HTTP collector (`--otlp-endpoint`); undefined: off. */
   otlpEndpoint: string | undefined;
+  /** GenAI metrics to the same collector's /v1/metrics when `otlpEndpoint` is set (`--otlp-metrics`). */
+  otlpMetrics: boolean;
 }
 
 /** The start settings plus what only the command itself uses. */

@@ -137,6 +137,7 @@ export function resolveGatewaySettings({
             leaseTtlSecs: values.lease_ttl_secs,
           },
     otlpEndpoint: values.otlp_endpoint,
+    otlpMetrics: values.otlp_metrics === "on",
     configPath,
   };
 }

@@ -114,6 +114,11 @@ export interface GatewayOptions {
    */
   otlpEndpoint?: string | undefined;
   /**
+   * GenAI metrics over OTLP/HTTP to `<otlpEndpoint>/v1/metrics` (`--otlp-metrics`,
+   * docs/genai-telemetry.md); only with `otlpEndpoint`. Absent = on; false = traces only.
+   */
+  otlpMetrics?: boolean | undefined;
+  /**
    * Shared state (`--state-url`, docs/replicas.md): several replicas admit as one through Redis.
    * Absent = admission and budgets in process.
    */

@@ -78,6 +78,7 @@ const SAMPLES: Record<OptionKey, [string, unknown]> = {
   ledger_retention_days: ["7", 7],
   state_url: ["redis://127.0.0.1:6379/2", "redis://127.0.0.1:6379/2"],
   otlp_endpoint: ["http://collector:4318", "http://collector:4318"],
+  otlp_metrics: ["off", "off"],
   state_key_prefix: ["{gw}:", "{gw}:"],
   replica_id: ["replica-1", "replica-1"],
   state_fail_mode: ["closed", "closed"],

@@ -59,6 +59,12 @@ export class Worker {
   readonly configuredModels: boolean;
   /** `served_model_name` from `GET /get_server_info` (SGLang), used when `/v1/models` lists none. */
   infoModel: string | undefined;
+  /**
+   * The serving engine as its probes showed it: `sglang` (it answers `GET /get_server_info`) or
+   * `vllm` (its `/v1/models` entries are `owned_by: "vllm"`); undefined when neither (traces'
+   * `gen_ai.provider.name`, docs/genai-telemetry.md).
+   */
+  engine: "sglang" | "vllm" | undefined;
   /** The group (model pool) the worker is in now; undefined while it is in none. */
   group: WorkerGroup | undefined;
   healthy = false;
@@ -635,6 +641,7 @@ export class WorkerPool {
       const r = await this.get(worker, "/get_server_info");
       if (r.status !== 200) return;
       const info = JSON.parse(r.body) as Record<string, unknown>;
+      if (info !== null && typeof info === "object") worker.engine = "sglang";
       const max = info.max_running_requests;
       const believable =
         typeof max === "number" && Number.isInteger(max) && max >= 1 && max <= MAX_REPORTED_CAPACITY;
@@ -677,7 +684,8 @@ export class WorkerPool {
     let maxLen = 0;
     if (Array.isArray(data)) {
       for (const model of data) {
-        const m = model as { id?: unknown; max_model_len?: unknown } | null;
+        const m = model as { id?: unknown; max_model_len?: unknown; owned_by?: unknown } | null;
+        if (m?.owned_by === "vllm") worker.engine = "vllm";
         if (typeof m?.id === "string" && m.id.length > 0 && m.id.length <= 256 && !ids.includes(m.id)) {
           ids.push(m.id);
         }

@@ -252,7 +252,8 @@ export class Lease implements ExchangeOwner, CancelSignal {
     const worker = this.worker!;
     if (this.attempts++ === 0) this.firstAttemptAt = performance.now();
     // One upstream span per attempt; the worker's traceparent names it (the client's is replaced).
-    if (this.spans !== undefined) this.spans.attemptStarted(worker.url, options);
+    if (this.spans !== undefined)
+      this.spans.attemptStarted(worker.url, options, this.estimate, worker.engine);
     return new Promise<number>((resolve, reject) => {
       this.settleExchange = resolve;
       this.failExchange = reject;
@@ -337,7 +338,8 @@ export class Lease implements ExchangeOwner, CancelSignal {
       adaptive ? (events) => this.paceMark(events) : undefined,
     );
     if (this.reader.isStream) this.reader.onOversized = (bytes) => this.oversizedEvent(bytes);
-    return this.reader;
+    // Tracing on: the answer's model and finish reasons are read on the way (never its text).
+    return this.spans === undefined ? this.reader : this.spans.watchAnswer(contentType, this.reader);
   }
 
   /** Once per stream: an SSE event passed the scanner's bound and goes to the client unread. */
@@ -399,7 +401,7 @@ export class Lease implements ExchangeOwner, CancelSignal {
   }
 
   exchangeDone(status: number): void {
-    this.spans?.exchangeDone(status);
+    this.spans?.exchangeDone(status, this.reader?.usage);
     this.settleExchange?.(status);
   }
 
