@@ -47,6 +47,7 @@ export async function discoverWorkers(
     logger: options.logger,
     connectTimeoutSecs: options.upstreamConnectTimeoutSecs ?? 10,
     apiKey: options.workerApiKey,
+    engineSignals: options.engineSignals,
     clock,
   });
   stops.add("workers", () => workers.close());

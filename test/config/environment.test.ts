@@ -82,6 +82,9 @@ const SAMPLES: Record<OptionKey, [string, unknown]> = {
   replica_id: ["replica-1", "replica-1"],
   state_fail_mode: ["closed", "closed"],
   lease_ttl_secs: ["20", 20],
+  worker_engine: ["vllm", "vllm"],
+  engine_scrape_interval_ms: ["500", 500],
+  engine_scrape_timeout_ms: ["250", 250],
   config: ["/etc/sluice.yaml", "/etc/sluice.yaml"],
 };
 
