@@ -28,6 +28,8 @@ export class EngineLoad {
   private last: EngineScrape | undefined;
   /** Scrapes that succeeded since the gateway started (status and tests count them). */
   scrapes = 0;
+  /** Scrapes that failed (no answer, or not a usable one); the last reading stays meanwhile. */
+  failures = 0;
 
   /**
    * Records a reading; `ownBefore`/`ownAfter`: this gateway's in-flight requests when it was asked

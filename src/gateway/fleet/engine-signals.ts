@@ -45,6 +45,7 @@ type MetricsAnswer =
 export class EngineSignalReader {
   private timer: TimerHandle | undefined;
   private closed = false;
+  private started = false;
 
   constructor(private readonly options: EngineSignalReaderOptions) {}
 
@@ -104,16 +105,24 @@ export class EngineSignalReader {
       scraped_at_ms: last?.atMs ?? null,
       age_seconds: age === undefined ? null : Number(age.toFixed(3)),
       scrapes: worker.engineLoad.scrapes,
+      failed_scrapes: worker.engineLoad.failures,
       problem: worker.engineProblem ?? null,
     };
   }
 
   /** Starts the periodic scrapes (none when the interval is 0). */
   start(): void {
-    if (!this.live || this.closed || this.timer !== undefined) return;
+    this.started = true;
+    this.arm();
+  }
+
+  /** Arms the next round, while some worker exports signals (no timer otherwise). */
+  private arm(): void {
+    if (!this.live || !this.started || this.closed || this.timer !== undefined) return;
+    if (!this.options.workers.some((w) => w.scrapesMetrics)) return;
     this.timer = this.options.clock.setTimer(() => {
       this.timer = undefined;
-      void this.scrapeAll().finally(() => this.start());
+      void this.scrapeAll().finally(() => this.arm());
     }, this.options.settings.scrapeIntervalMs);
   }
 
@@ -139,6 +148,7 @@ export class EngineSignalReader {
     const before = worker.engine;
     worker.engine = engine;
     worker.scrapesMetrics = scrapes;
+    if (scrapes) this.arm();
     if (before !== engine) {
       this.options.logger.info(
         { worker: worker.url, engine, setting: worker.engineSetting, how, load_signals: scrapes },
@@ -179,6 +189,7 @@ export class EngineSignalReader {
 
   /** Logs a problem once (WARN) until it changes or the signals come back; the last reading stays. */
   private problem(worker: Worker, problem: string): void {
+    worker.engineLoad.failures++;
     if (worker.engineProblem === problem) return;
     worker.engineProblem = problem;
     this.options.logger.warn(
