@@ -102,7 +102,6 @@ export class EngineSignalReader {
       kv_utilization: r?.kvUtilization ?? null,
       foreign: last?.foreign ?? null,
       estimated_open: worker.engineLoad.estimatedOpen(worker.inflight) ?? null,
-      scraped_at_ms: last?.atMs ?? null,
       age_seconds: age === undefined ? null : Number(age.toFixed(3)),
       scrapes: worker.engineLoad.scrapes,
       failed_scrapes: worker.engineLoad.failures,
