@@ -11,6 +11,7 @@ export const ENGINE_METRIC_NAMES = {
   waiting: "sluice_worker_engine_waiting",
   foreign: "sluice_worker_engine_foreign_requests",
   kvUtilization: "sluice_worker_kv_utilization",
+  kvEstimated: "sluice_worker_kv_utilization_estimated",
   kvCapacity: "sluice_worker_kv_capacity_tokens",
   scrapeAge: "sluice_worker_scrape_age_seconds",
 } as const;

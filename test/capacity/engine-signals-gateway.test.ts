@@ -25,6 +25,7 @@ interface EngineSignalsStatus {
   kv_utilization: number | null;
   foreign: number | null;
   estimated_open: number | null;
+  estimated_kv_utilization: number | null;
   age_seconds: number | null;
   scrapes: number;
   failed_scrapes: number;
@@ -171,6 +172,40 @@ describe("engine signals over real HTTP", () => {
     assert.equal(w.engine_signals?.foreign, 0);
     assert.equal(w.engine_signals?.estimated_open, worker.stats().open, "the estimate meets the engine");
     assert.equal(fleet.gateway.capacity.capacity, 8);
+  });
+
+  test("between scrapes the KV estimate moves with the gateway's own prompts, and meets the engine again", async (t) => {
+    const clock = new ManualClock();
+    const fleet = await startFleet(t, {
+      workers: [{ engine: "sglang", maxRunningRequests: 8, kvTokens: 100_000, contextLength: 4096 }],
+      adminToken: ADMIN,
+      gateway: { clock, engineSignals: { scrapeIntervalMs: SCRAPE_MS } },
+    });
+    const prompt = "tok ".repeat(2000);
+    const held = [0, 1].map(() =>
+      fleet.hold(
+        { messages: [{ role: "user", content: prompt }], max_tokens: 4 },
+        { "x-mock-ttft-ms": "60000" },
+      ),
+    );
+    await waitFor(() => fleet.workers[0]!.stats().open === 2, "both open at the worker");
+    let s = (await workerStatus(fleet)).engine_signals!;
+    // The last scrape (at startup) saw an empty cache: the two prompts are the gateway's estimate alone.
+    const perRequest = s.estimated_kv_utilization! / 2;
+    assert.ok(
+      perRequest > 0.015 && perRequest < 0.03,
+      `one prompt ~2000 tokens of 100000, got ${perRequest}`,
+    );
+    assert.equal(s.kv_utilization, 0);
+    await held[0]!.cancel();
+    s = (await workerStatus(fleet)).engine_signals!;
+    assert.ok(Math.abs(s.estimated_kv_utilization! - perRequest) < 1e-9, "one prompt left");
+    await nextScrape(fleet, clock);
+    s = (await workerStatus(fleet)).engine_signals!;
+    const kv = fleet.workers[0]!.stats().kv!;
+    assert.equal(s.kv_utilization, kv.usedTokens / kv.capacityTokens, "the engine's own number");
+    assert.equal(s.estimated_kv_utilization, Number(s.kv_utilization!.toFixed(4)), "estimate = scrape");
+    await held[1]!.cancel();
   });
 
   test("engine vllm configured but /metrics absent: capacity as before, one WARN naming the worker", async (t) => {

@@ -163,40 +163,70 @@ describe("SGLang signals", () => {
 });
 
 describe("the load carried between scrapes", () => {
-  const reading = (running: number, waiting: number): EngineReading => ({
+  const reading = (running: number, waiting: number, kvUtilization?: number): EngineReading => ({
     maxRunning: 8,
     maxRunningSource: "max_num_seqs",
-    kvCapacityTokens: undefined,
+    kvCapacityTokens: 10_000,
     running,
     waiting,
-    kvUtilization: undefined,
+    kvUtilization,
+  });
+  const own = (
+    requestsBefore: number,
+    requestsAfter: number,
+    promptTokensBefore = 0,
+    promptTokensAfter = 0,
+  ) => ({
+    requestsBefore,
+    requestsAfter,
+    promptTokensBefore,
+    promptTokensAfter,
   });
 
   test("foreign = engine's running + waiting less our own; open now = foreign + our own now", () => {
     const load = new EngineLoad();
     assert.equal(load.estimatedOpen(4), undefined, "no reading yet");
     assert.equal(load.foreign, 0);
-    load.record(reading(5, 2), 1000, 4, 4);
+    load.record(reading(5, 2), 1000, own(4, 4));
     assert.equal(load.foreign, 3);
     // Admitted 2 since, completed 3: 7 + 2 - 3 = 6 = 3 others + our 3.
     assert.equal(load.estimatedOpen(3), 6);
     assert.equal(load.ageSeconds(3500), 2.5);
   });
 
-  test("own count taken at its lower of ask and answer (a request in transit is not counted as foreign's absence)", () => {
+  test("own count taken at its lower of ask and answer; the engine counting fewer than ours is no negative load", () => {
     const load = new EngineLoad();
     // Our 2 were open when asked, 4 when the answer came: two may not have reached the engine yet.
-    load.record(reading(5, 0), 0, 2, 4);
+    load.record(reading(5, 0), 0, own(2, 4));
     assert.equal(load.foreign, 3);
-    // The engine counting fewer than ours (they already ended there) is no negative load.
-    load.record(reading(1, 0), 0, 4, 4);
+    load.record(reading(1, 0), 0, own(4, 4));
     assert.equal(load.foreign, 0);
     assert.equal(load.scrapes, 2);
   });
 
+  test("KV use carried by our prompts: admitted since add, completed since subtract", () => {
+    const load = new EngineLoad();
+    assert.equal(load.estimatedKvUsedTokens(0), undefined);
+    // 25% of 10000 in use; our in-flight prompts held 1000 tokens at the scrape.
+    load.record(reading(2, 0, 0.25), 0, own(2, 2, 1000, 1000));
+    assert.equal(load.estimatedKvUsedTokens(1000), 2500);
+    // A 3000-token prompt admitted since: 5500.
+    assert.equal(load.estimatedKvUsedTokens(4000), 5500);
+    assert.equal(load.estimatedKvUtilization(4000), 0.55);
+    // Every one of ours done: never below 0.
+    assert.equal(load.estimatedKvUsedTokens(0), 1500);
+    load.record(reading(0, 0, 0), 0, own(0, 0));
+    assert.equal(load.estimatedKvUsedTokens(0), 0);
+    load.record(reading(0, 0, 0.1), 0, own(1, 1, 5000, 5000));
+    assert.equal(load.estimatedKvUsedTokens(0), 0);
+    // An engine that exports no KV use: no estimate.
+    load.record(reading(0, 0), 0, own(0, 0));
+    assert.equal(load.estimatedKvUtilization(0), undefined);
+  });
+
   test("with scrapes off a single reading counts no foreign load; clear forgets", () => {
     const load = new EngineLoad();
-    load.record(reading(6, 0), 0, 0, 0, 0);
+    load.record(reading(6, 0), 0, own(0, 0), false);
     assert.equal(load.foreign, 0);
     assert.equal(load.estimatedOpen(1), 1);
     load.clear();

@@ -13,6 +13,7 @@
  * so a stale scrape never lets the gateway overshoot: its own requests are always counted in full.
  * Foreign load is computed against the smaller of the own counts before and after the scrape's
  * round trip (a request admitted meanwhile may not have reached the engine yet), never below 0.
+ * KV use is carried the same way with the prompt tokens of the gateway's own requests.
  */
 import type { EngineReading } from "./engine-reading.js";
 
@@ -22,6 +23,16 @@ export interface EngineScrape {
   readonly atMs: number;
   /** Requests the engine held that were not this gateway's. */
   readonly foreign: number;
+  /** Prompt tokens of this gateway's in-flight requests at the scrape (the KV estimate's baseline). */
+  readonly ownPromptTokens: number;
+}
+
+/** This gateway's side of a scrape: its in-flight requests and their prompt tokens, when asked and when answered. */
+export interface OwnCounts {
+  readonly requestsBefore: number;
+  readonly requestsAfter: number;
+  readonly promptTokensBefore: number;
+  readonly promptTokensAfter: number;
 }
 
 export class EngineLoad {
@@ -32,24 +43,17 @@ export class EngineLoad {
   failures = 0;
 
   /**
-   * Records a reading; `ownBefore`/`ownAfter`: this gateway's in-flight requests when it was asked
-   * and when it answered. `foreignOverride` 0 when scrapes are off: a single reading would hold its
+   * Records a reading. `countForeign` false when scrapes are off: a single reading would hold its
    * foreign load forever.
    */
-  record(
-    reading: EngineReading,
-    atMs: number,
-    ownBefore: number,
-    ownAfter: number,
-    foreignOverride?: number,
-  ): EngineScrape {
-    const own = Math.min(ownBefore, ownAfter);
-    const foreign = foreignOverride ?? Math.max(0, reading.running + reading.waiting - own);
-    this.last = { reading, atMs, foreign };
+  record(reading: EngineReading, atMs: number, own: OwnCounts, countForeign = true): EngineScrape {
+    const ownRequests = Math.min(own.requestsBefore, own.requestsAfter);
+    const foreign = countForeign ? Math.max(0, reading.running + reading.waiting - ownRequests) : 0;
+    const ownPromptTokens = Math.min(own.promptTokensBefore, own.promptTokensAfter);
+    this.last = { reading, atMs, foreign, ownPromptTokens };
     this.scrapes++;
     return this.last;
   }
-
   /** Forgets the last reading (the worker left, or came back as possibly another engine). */
   clear(): void {
     this.last = undefined;
@@ -67,6 +71,25 @@ export class EngineLoad {
   /** Requests open at the engine now, by the estimate above; undefined with no reading. */
   estimatedOpen(ownInflight: number): number | undefined {
     return this.last === undefined ? undefined : this.last.foreign + ownInflight;
+  }
+
+  /**
+   * KV tokens in use at the engine now: the scraped use, plus the prompt tokens of this gateway's
+   * requests admitted since, less those of its requests completed since. Undefined unless the
+   * engine exports both its KV use and its KV capacity.
+   */
+  estimatedKvUsedTokens(ownPromptTokens: number): number | undefined {
+    const r = this.last?.reading;
+    if (r?.kvUtilization === undefined || r.kvCapacityTokens === undefined) return undefined;
+    const scraped = r.kvUtilization * r.kvCapacityTokens;
+    return Math.max(0, scraped + ownPromptTokens - this.last!.ownPromptTokens);
+  }
+
+  /** The same as a share of the KV capacity (may pass 1: the engine then queues or preempts). */
+  estimatedKvUtilization(ownPromptTokens: number): number | undefined {
+    const used = this.estimatedKvUsedTokens(ownPromptTokens);
+    const capacity = this.last?.reading.kvCapacityTokens;
+    return used === undefined || capacity === undefined ? undefined : used / capacity;
   }
 
   /** Seconds since the last reading; undefined with none. */

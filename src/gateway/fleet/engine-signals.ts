@@ -42,6 +42,20 @@ type MetricsAnswer =
   | { kind: "absent"; problem: string }
   | { kind: "failed"; problem: string };
 
+/** This gateway's in-flight requests on a worker and their prompt tokens, now. */
+interface OwnNow {
+  readonly requests: number;
+  readonly promptTokens: number;
+}
+
+function ownNow(worker: Worker): OwnNow {
+  return { requests: worker.inflight, promptTokens: worker.promptTokensInFlight };
+}
+
+function round(value: number | undefined): number | null {
+  return value === undefined ? null : Number(value.toFixed(4));
+}
+
 export class EngineSignalReader {
   private timer: TimerHandle | undefined;
   private closed = false;
@@ -65,7 +79,7 @@ export class EngineSignalReader {
       this.settle(worker, "openai", false, "configured");
       return;
     }
-    const ownBefore = worker.inflight;
+    const ownBefore = ownNow(worker);
     const answer = await this.fetchMetrics(worker);
     if (setting === "vllm" || setting === "sglang") {
       this.settle(worker, setting, true, "configured");
@@ -102,6 +116,7 @@ export class EngineSignalReader {
       kv_utilization: r?.kvUtilization ?? null,
       foreign: last?.foreign ?? null,
       estimated_open: worker.engineLoad.estimatedOpen(worker.inflight) ?? null,
+      estimated_kv_utilization: round(worker.engineLoad.estimatedKvUtilization(worker.promptTokensInFlight)),
       age_seconds: age === undefined ? null : Number(age.toFixed(3)),
       scrapes: worker.engineLoad.scrapes,
       failed_scrapes: worker.engineLoad.failures,
@@ -136,7 +151,7 @@ export class EngineSignalReader {
     const due = this.options.workers.filter((w) => w.healthy && w.scrapesMetrics);
     const moved = await Promise.all(
       due.map(async (w) => {
-        const ownBefore = w.inflight;
+        const ownBefore = ownNow(w);
         return this.apply(w, await this.fetchMetrics(w), ownBefore);
       }),
     );
@@ -157,7 +172,7 @@ export class EngineSignalReader {
   }
 
   /** Applies one answer; returns true when the worker's capacity or foreign load moved. */
-  private apply(worker: Worker, answer: MetricsAnswer, ownBefore: number): boolean {
+  private apply(worker: Worker, answer: MetricsAnswer, ownBefore: OwnNow): boolean {
     if (answer.kind !== "samples") {
       this.problem(worker, `/metrics: ${answer.problem}`);
       return false;
@@ -167,8 +182,18 @@ export class EngineSignalReader {
     try {
       const reading =
         worker.engine === "vllm" ? readVllm(answer.samples) : readSglang(answer.samples, worker.sglangInfo);
-      const foreign = this.live ? undefined : 0;
-      worker.engineLoad.record(reading, this.options.clock.now(), ownBefore, worker.inflight, foreign);
+      const after = ownNow(worker);
+      worker.engineLoad.record(
+        reading,
+        this.options.clock.now(),
+        {
+          requestsBefore: ownBefore.requests,
+          requestsAfter: after.requests,
+          promptTokensBefore: ownBefore.promptTokens,
+          promptTokensAfter: after.promptTokens,
+        },
+        this.live,
+      );
       if (worker.engine === "vllm") {
         const max = reading.maxRunning;
         worker.reportedCapacity = max !== undefined && max <= MAX_BELIEVED_RUNNING ? max : undefined;

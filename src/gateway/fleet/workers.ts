@@ -79,6 +79,8 @@ export class Worker {
   everHealthy = false;
   /** Requests this gateway has in flight on the worker (the load routing policies balance). */
   inflight = 0;
+  /** Prompt tokens (the gateway's estimate) of those requests: carries the engine's KV use between scrapes. */
+  promptTokensInFlight = 0;
   /**
    * Its own limit under adaptive capacity (src/capacity/adaptive.ts sets it): routing puts no more
    * requests on it than this. Undefined in static mode: its capacity alone bounds it.
