@@ -11,6 +11,7 @@ import { describe, test } from "node:test";
 import { ManualClock } from "@sluice/scheduler/core/clock.js";
 import { request } from "undici";
 import type { MockWorker } from "../../src/mock-worker/index.js";
+import { redisOrSkip, statePrefix } from "../admission/services.js";
 import { LEVEL_WARN, metric, startFleet, waitFor } from "../helpers/harness.js";
 
 const SCRAPE_MS = 2000;
@@ -206,6 +207,34 @@ describe("engine signals over real HTTP", () => {
     assert.equal(s.kv_utilization, kv.usedTokens / kv.capacityTokens, "the engine's own number");
     assert.equal(s.estimated_kv_utilization, Number(s.kv_utilization!.toFixed(4)), "estimate = scrape");
     await held[1]!.cancel();
+  });
+
+  test("with shared state, foreign load is shown but not subtracted (the shared admission counts replicas)", async (t) => {
+    const url = await redisOrSkip(t);
+    if (url === undefined) return;
+    const clock = new ManualClock();
+    const fleet = await startFleet(t, {
+      workers: [{ engine: "vllm", maxRunningRequests: 8, kvTokens: 8 * 16 * 64, contextLength: 1024 }],
+      workerCapacity: [8],
+      adminToken: ADMIN,
+      gateway: {
+        clock,
+        engineSignals: { scrapeIntervalMs: SCRAPE_MS },
+        state: { url, keyPrefix: statePrefix(t), replicaId: "engine-a", failMode: "local", leaseTtlSecs: 5 },
+      },
+    });
+    const worker = fleet.workers[0]!;
+    const others = [direct(worker), direct(worker)];
+    t.after(async () => {
+      for (const o of others) o.abort();
+      await Promise.all(others.map((o) => o.done));
+    });
+    await waitFor(() => worker.stats().running === 2, "two requests of another replica running");
+    await nextScrape(fleet, clock);
+    const w = await workerStatus(fleet);
+    assert.equal(w.engine_signals?.running, 2);
+    assert.equal(w.engine_signals?.foreign, 0);
+    assert.equal(fleet.gateway.capacity.capacity, 8);
   });
 
   test("engine vllm configured but /metrics absent: capacity as before, one WARN naming the worker", async (t) => {

@@ -34,6 +34,11 @@ interface EngineSignalReaderOptions {
   readonly get: Get;
   /** A reading moved some worker's capacity or foreign load: re-derive the pools' capacity. */
   readonly changed: () => void;
+  /**
+   * Narrow rooms by foreign load (default true). Off with shared state: the other replicas'
+   * requests, which the engine counts too, are already counted by the shared admission.
+   */
+  readonly countForeignLoad?: boolean;
 }
 
 /** What a `/metrics` request gave: samples, or why there are none (`absent`: 404, not an error under auto). */
@@ -192,7 +197,7 @@ export class EngineSignalReader {
           promptTokensBefore: ownBefore.promptTokens,
           promptTokensAfter: after.promptTokens,
         },
-        this.live,
+        this.live && this.options.countForeignLoad !== false,
       );
       if (worker.engine === "vllm") {
         const max = reading.maxRunning;

@@ -325,6 +325,8 @@ interface WorkerPoolOptions {
   breaker?: BreakerOptions | undefined;
   /** Engine recognition and /metrics scrapes (default DEFAULT_ENGINE_SIGNALS). */
   engineSignals?: Partial<EngineSignalOptions> | undefined;
+  /** Narrow workers' rooms by the load other clients hold at their engines (off with shared state). */
+  countForeignLoad?: boolean | undefined;
 }
 
 /** No pin: the default of `WorkerGroup.pin`. */
@@ -387,6 +389,7 @@ export class WorkerPool {
       clock: this.clock,
       get: (worker, path, timeoutMs) => this.get(worker, path, timeoutMs),
       changed: () => this.refresh(),
+      countForeignLoad: options.countForeignLoad ?? true,
     });
   }
 
