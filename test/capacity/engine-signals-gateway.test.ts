@@ -257,7 +257,10 @@ describe("engine signals over real HTTP", () => {
   });
 
   test("auto, a worker whose /metrics is garbage: capacity as before, one WARN naming the worker and the problem", async (t) => {
-    const server = await garbageMetricsWorker(t);
+    const server = await fakeWorker(t, {
+      metrics: "<html><body>metrics are elsewhere</body></html>",
+      serverInfo: { max_running_requests: 7, served_model_name: "m" },
+    });
     const clock = new ManualClock();
     const fleet = await startFleet(t, {
       workers: [],
@@ -276,6 +279,25 @@ describe("engine signals over real HTTP", () => {
     assert.equal(server.metricsRequests(), 1, "auto does not scrape a /metrics it could not read");
   });
 
+  test("auto, /v1/models like vLLM's but no vllm: series: recognised as vLLM, capacity 64 as before, one WARN", async (t) => {
+    const server = await fakeWorker(t, { metrics: undefined, serverInfo: undefined, maxModelLen: 8192 });
+    const clock = new ManualClock();
+    const fleet = await startFleet(t, {
+      workers: [],
+      extraWorkers: [{ url: server.url }],
+      adminToken: ADMIN,
+      gateway: { clock, engineSignals: { scrapeIntervalMs: SCRAPE_MS } },
+    });
+    const w = await workerStatus(fleet);
+    assert.equal(w.engine, "vllm");
+    assert.equal(w.capacity, 64);
+    const warns = fleet.logs.filter((l) => l.level === LEVEL_WARN && l.worker === server.url);
+    assert.equal(warns.length, 1, JSON.stringify(warns));
+    assert.match(String(warns[0]!.msg), /no vllm: series/);
+    clock.advance(SCRAPE_MS);
+    assert.equal(server.metricsRequests(), 1, "not scraped: it has nothing to read");
+  });
+
   test("auto, a plain OpenAI-compatible worker: engine openai, no scrapes, capacity 64 as before", async (t) => {
     const fleet = await startFleet(t, {
       workers: [{ reportCapacity: false }],
@@ -290,26 +312,46 @@ describe("engine signals over real HTTP", () => {
   });
 });
 
-/** A worker that looks like SGLang without metrics but answers /metrics with an HTML page. */
-async function garbageMetricsWorker(t: {
-  after(fn: () => Promise<void>): void;
-}): Promise<{ url: string; metricsRequests(): number }> {
+interface FakeWorker {
+  /** The /metrics body (200), or undefined for 404. */
+  metrics: string | undefined;
+  /** The /get_server_info document, or undefined for 404. */
+  serverInfo: Record<string, unknown> | undefined;
+  /** `max_model_len` in the /v1/models card, if any. */
+  maxModelLen?: number;
+}
+
+/** A bare worker answering what `spec` says: the shapes the mock worker does not take. */
+async function fakeWorker(
+  t: { after(fn: () => Promise<void>): void },
+  spec: FakeWorker,
+): Promise<{ url: string; metricsRequests(): number }> {
   let metrics = 0;
   const server: Server = createServer((req, res) => {
-    const json = (body: unknown) => {
-      res.writeHead(200, { "content-type": "application/json" });
+    const json = (status: number, body: unknown) => {
+      res.writeHead(status, { "content-type": "application/json" });
       res.end(JSON.stringify(body));
     };
-    if (req.url === "/health") return json({});
-    if (req.url === "/get_server_info") return json({ max_running_requests: 7, served_model_name: "m" });
-    if (req.url === "/v1/models") return json({ object: "list", data: [{ id: "m", object: "model" }] });
+    if (req.url === "/health") return json(200, {});
+    if (req.url === "/get_server_info") {
+      return spec.serverInfo === undefined ? json(404, {}) : json(200, spec.serverInfo);
+    }
+    if (req.url === "/v1/models") {
+      const card = {
+        id: "m",
+        object: "model",
+        ...(spec.maxModelLen ? { max_model_len: spec.maxModelLen } : {}),
+      };
+      return json(200, { object: "list", data: [card] });
+    }
     if (req.url === "/metrics") {
       metrics++;
+      if (spec.metrics === undefined) return json(404, {});
       res.writeHead(200, { "content-type": "text/html" });
-      res.end("<html><body>metrics are elsewhere</body></html>");
+      res.end(spec.metrics);
       return;
     }
-    res.writeHead(404).end();
+    json(404, {});
   });
   await new Promise<void>((resolve) => server.listen(0, "127.0.0.1", resolve));
   t.after(() => new Promise<void>((resolve) => server.close(() => resolve())));

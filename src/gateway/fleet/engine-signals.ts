@@ -99,6 +99,15 @@ export class EngineSignalReader {
     } else if (worker.sglangInfo !== undefined) {
       // SGLang serves /metrics only with --enable-metrics: without it, capacity alone.
       this.settle(worker, "sglang", false, "/get_server_info (no sglang: series at /metrics)");
+    } else if (worker.listsMaxModelLen) {
+      // vLLM always serves /metrics: one without vllm: series (a proxy in front of it?) is worth a word.
+      this.settle(worker, "vllm", false, "max_model_len in /v1/models (no vllm: series at /metrics)");
+      if (answer.kind !== "failed") {
+        this.problem(
+          worker,
+          "/metrics: no vllm: series although /v1/models looks like vLLM's (max_model_len)",
+        );
+      }
     } else {
       this.settle(worker, "openai", false, "neither /get_server_info nor vllm:/sglang: series at /metrics");
     }

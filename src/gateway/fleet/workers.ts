@@ -94,6 +94,8 @@ export class Worker {
   scrapesMetrics = false;
   /** What SGLang's /get_server_info said of capacity (undefined: not SGLang, or not read). */
   sglangInfo: SglangServerInfo | undefined = undefined;
+  /** Its `GET /v1/models` cards carry `max_model_len` (vLLM's do): a hint for engine recognition. */
+  listsMaxModelLen = false;
   /** KV cache capacity in tokens, as its engine reports it. */
   kvCapacityTokens: number | undefined = undefined;
   /** Its engine's last reading, carried forward by this gateway's own requests (engine-load.ts). */
@@ -684,12 +686,12 @@ export class WorkerPool {
     if (!worker.healthy) {
       if (worker.breaker.hold()) this.circuitChanged(worker);
     } else if (ok && worker.breaker.checkPassed(true)) this.circuitChanged(worker);
-    if (worker.healthy && (first || (flipped && !wasHealthy))) {
-      await this.readCapacity(worker);
-      await this.engines.recognise(worker);
-    }
+    const joined = worker.healthy && (first || (flipped && !wasHealthy));
+    if (joined) await this.readCapacity(worker);
     // The model list is read every round: a worker may change what it serves without going down.
     if (worker.healthy) await this.readModels(worker);
+    // Its engine, once it joined: /get_server_info and /v1/models have been read (auto uses both).
+    if (joined) await this.engines.recognise(worker);
     if (flipped && !first) {
       logger.warn(
         { worker: worker.url, healthy: worker.healthy },
@@ -760,6 +762,7 @@ export class WorkerPool {
       }
     }
     if (worker.contextLength === undefined && maxLen > 0) worker.contextLength = maxLen;
+    worker.listsMaxModelLen = maxLen > 0;
     if (worker.configuredModels) return;
     // No model list: the name /get_server_info gave (SGLang), else any model (the catch-all pool).
     if (ids.length === 0 && worker.infoModel !== undefined) ids.push(worker.infoModel);
