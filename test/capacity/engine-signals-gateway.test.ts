@@ -298,6 +298,21 @@ describe("engine signals over real HTTP", () => {
     assert.equal(server.metricsRequests(), 1, "not scraped: it has nothing to read");
   });
 
+  test("auto, SGLang without --enable-metrics (/metrics 404): sglang, capacity from /get_server_info, no WARN, no scrapes", async (t) => {
+    const clock = new ManualClock();
+    const fleet = await startFleet(t, {
+      workers: [{ maxRunningRequests: 9 }],
+      adminToken: ADMIN,
+      gateway: { clock, engineSignals: { scrapeIntervalMs: SCRAPE_MS } },
+    });
+    const w = await workerStatus(fleet);
+    assert.equal(w.engine, "sglang");
+    assert.equal(w.capacity, 9);
+    assert.equal(w.engine_signals, null);
+    assert.ok(fleet.logs.some((l) => l.msg === "worker engine: sglang" && l.load_signals === false));
+    assert.equal(fleet.logs.filter((l) => l.level === LEVEL_WARN).length, 0);
+  });
+
   test("auto, a plain OpenAI-compatible worker: engine openai, no scrapes, capacity 64 as before", async (t) => {
     const fleet = await startFleet(t, {
       workers: [{ reportCapacity: false }],
