@@ -13,6 +13,7 @@ import {
   STATE_FAIL_MODES,
   stateUrlProblem,
 } from "../admission/redis/options.js";
+import { DEFAULT_ENGINE_SIGNALS, ENGINE_CHOICES } from "../capacity/engine-signals/engine-kind.js";
 import { REPLICA_ID_PATTERN } from "../contracts/replica-id.js";
 import { DEFAULT_LEDGER, DEFAULT_RETENTION_DAYS } from "../ledger/target.js";
 import { DEFAULT_BREAKER, DEFAULT_ROUTING, POLICY_NAMES } from "../routing/options.js";
@@ -532,6 +533,27 @@ export const GATEWAY_OPTIONS = {
   inference_gateway_headers: toggle({
     help: "trust a Gateway API inference gateway in front: x-gateway-inference-fairness-id names the tenant, x-gateway-inference-objective the class (docs/kubernetes.md)",
     doc: "trust `x-gateway-inference-fairness-id` (tenant `fairness:<id>`) and `x-gateway-inference-objective` (class by `inference_objective_classes`); off: both are removed (docs/kubernetes.md)",
+  }),
+  worker_engine: value({
+    arg: "<engine>",
+    parse: choiceArg(ENGINE_CHOICES),
+    default: DEFAULT_ENGINE_SIGNALS.engine,
+    help: `engine of workers that name none (workers[].engine): ${ENGINE_CHOICES.join(" | ")} (docs/capacity.md)`,
+    doc: "engine of the workers that name none (`workers[].engine` wins): `auto` recognises vLLM and SGLang from their routes, `vllm`, `sglang`, or `openai` (no load signals) (docs/capacity.md)",
+  }),
+  engine_scrape_interval_ms: value({
+    arg: "<ms>",
+    parse: intArg(0),
+    default: DEFAULT_ENGINE_SIGNALS.scrapeIntervalMs,
+    help: "period of the scrapes of each vLLM/SGLang worker's /metrics (running, waiting, KV use); 0 = off",
+    doc: "period of the scrapes of each vLLM/SGLang worker's `/metrics`; the load other clients put on a worker narrows its room (0: off; docs/capacity.md)",
+  }),
+  engine_scrape_timeout_ms: value({
+    arg: "<ms>",
+    parse: intArg(1),
+    default: DEFAULT_ENGINE_SIGNALS.scrapeTimeoutMs,
+    help: "timeout of one /metrics scrape (a late one keeps the last reading)",
+    doc: "timeout of one `/metrics` scrape; a failed scrape keeps the last reading (its age shows in the status)",
   }),
   config: {
     ...value({

@@ -84,6 +84,9 @@ const SAMPLES: Record<OptionKey, [string, unknown]> = {
   state_fail_mode: ["closed", "closed"],
   lease_ttl_secs: ["20", 20],
   inference_gateway_headers: ["1", true],
+  worker_engine: ["vllm", "vllm"],
+  engine_scrape_interval_ms: ["500", 500],
+  engine_scrape_timeout_ms: ["250", 250],
   config: ["/etc/sluice.yaml", "/etc/sluice.yaml"],
 };
 

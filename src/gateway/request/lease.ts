@@ -99,6 +99,8 @@ export class Lease implements ExchangeOwner, CancelSignal {
   private readonly t0 = performance.now();
   tenant = ANONYMOUS_TENANT;
   estimate: RequestEstimate | undefined;
+  /** Prompt tokens this request counts in its worker's KV estimate while dispatched there. */
+  private heldPromptTokens = 0;
   /** The request asks for generated output (a chat, a completion), not an embedding or a score. */
   generates = false;
   hold: BudgetHold | undefined;
@@ -242,6 +244,9 @@ export class Lease implements ExchangeOwner, CancelSignal {
   /** The dispatch stage chose a worker. */
   dispatched(worker: Worker): void {
     this.worker = worker;
+    // Its prompt counts in the worker's KV estimate until it leaves (docs/capacity.md).
+    this.heldPromptTokens = this.estimate?.promptTokens ?? 0;
+    worker.promptTokensInFlight += this.heldPromptTokens;
     this.dispatchedMs = performance.now() - this.t0;
     // The worker's in-flight count moved: its adaptive controller re-samples its usage.
     this.pool?.adaptive?.dispatched?.(worker.url);
@@ -300,6 +305,7 @@ export class Lease implements ExchangeOwner, CancelSignal {
     else this.tried.push(worker);
     this.worker = undefined;
     this.exchange = undefined;
+    worker.promptTokensInFlight -= this.heldPromptTokens;
     this.ctx.workers.release(worker);
   }
 
@@ -447,7 +453,10 @@ export class Lease implements ExchangeOwner, CancelSignal {
     }
 
     // Give back what the request holds.
-    if (this.worker !== undefined) ctx.workers.release(this.worker);
+    if (this.worker !== undefined) {
+      this.worker.promptTokensInFlight -= this.heldPromptTokens;
+      ctx.workers.release(this.worker);
+    }
     this.slot?.release();
     this.ticket?.ended();
     return { status, code, outcome, bytesSent };
