@@ -5,6 +5,7 @@
 import type { BudgetBook } from "@sluice/scheduler/core/budgets.js";
 import type { OutcomeSink } from "../contracts/outcome.js";
 import type { SluiceMetrics } from "../metrics/index.js";
+import { registerOutputPredictionMetrics } from "../metrics/output-prediction.js";
 import { DEFAULT_MAX_RETRIES } from "../routing/retry.js";
 import type { LifecycleMetrics } from "./fleet-metrics.js";
 import { clientLimitsOf } from "./front.js";
@@ -35,8 +36,10 @@ export function requestContexts(parts: RequestParts): { lifecycle: LifecycleCont
   const { options, fleet, policy, budgets, metrics, activity } = parts;
   const { logger } = options;
   const limits = clientLimitsOf(options);
-  // Recent output lengths of answers without max_tokens: what a budget reserves for the next one.
+  // Recent output lengths: what a budget reserves for a request without max_tokens, and the
+  // weight of a queued request for load shedding (docs/output-prediction.md).
   const outputLengths = new OutputLengths();
+  const predictionErrors = registerOutputPredictionMetrics(metrics.registry);
   const lifecycle: LifecycleContext = {
     pools: fleet.pools,
     workers: fleet.workers,
@@ -67,6 +70,7 @@ export function requestContexts(parts: RequestParts): { lifecycle: LifecycleCont
     maxRetries: options.maxRetries ?? DEFAULT_MAX_RETRIES,
     upstreamTimeoutMs: options.requestTimeoutSecs * 1000,
     outputLengths,
+    predictionErrors,
     tracing: parts.recorders.tracing,
   };
   return { lifecycle, leases };

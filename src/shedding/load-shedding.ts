@@ -77,6 +77,15 @@ export function resolveShedding(
 }
 
 const PASS: ShedVerdict = Object.freeze({ shed: false });
+/** Weight of one answer in the mean served output: about the last 20 answers. */
+const MEAN_WEIGHT = 0.05;
+
+/** Queued requests of one tenant in one class: all of them, and those with a predicted output. */
+interface QueuedCell {
+  n: number;
+  predicted: number;
+  predictedTokens: number;
+}
 const CALIBRATION_MS = 1000;
 
 export class LoadShedding {
@@ -89,7 +98,13 @@ export class LoadShedding {
    * cell, kept at 0 until the next calibration prunes it: a request queued and let in at once costs
    * one Map lookup each way, not a set and a delete.
    */
-  private readonly queued = new Map<PriorityClass, Map<string, { n: number }>>();
+  private readonly queued = new Map<PriorityClass, Map<string, QueuedCell>>();
+  /**
+   * Output tokens of a served request, a moving mean: the unit the queue is weighed in. A queued
+   * request with a prediction counts predicted / mean requests, so a queue of long answers
+   * predicts a longer wait than as many short ones (the completion rate is in served requests).
+   */
+  private meanServedOutput = 0;
   private readonly calibration: Periodic;
 
   constructor(
@@ -130,7 +145,7 @@ export class LoadShedding {
       const histogram: Array<{ level: number; count: number }> = [];
       for (const [cls, byTenant] of this.queued) {
         for (const [tenant, count] of byTenant) {
-          if (count.n > 0) histogram.push({ level: p.level(cls, tenant), count: count.n });
+          if (count.n > 0) histogram.push({ level: p.level(cls, tenant), count: this.weight(count) });
           else byTenant.delete(tenant);
         }
       }
@@ -166,17 +181,39 @@ export class LoadShedding {
     return PASS;
   }
 
-  /** A request of `tenant` entered (+1) or left (-1) the queue of `cls`. */
-  queue(cls: PriorityClass, tenant: string, delta: number): void {
+  /**
+   * A request of `tenant` entered (+1) or left (-1) the queue of `cls`; `predictedOutputTokens`:
+   * its predicted output (accounting/output-prediction.ts), the same on entry and exit.
+   */
+  queue(cls: PriorityClass, tenant: string, delta: number, predictedOutputTokens?: number): void {
     if (this.prioritizer === undefined) return;
     let byTenant = this.queued.get(cls);
     if (byTenant === undefined) {
       byTenant = new Map();
       this.queued.set(cls, byTenant);
     }
-    const count = byTenant.get(tenant);
-    if (count !== undefined) count.n = Math.max(0, count.n + delta);
-    else if (delta > 0) byTenant.set(tenant, { n: delta });
+    let count = byTenant.get(tenant);
+    if (count === undefined) {
+      if (!(delta > 0)) return;
+      count = { n: 0, predicted: 0, predictedTokens: 0 };
+      byTenant.set(tenant, count);
+    }
+    count.n = Math.max(0, count.n + delta);
+    if (predictedOutputTokens !== undefined && predictedOutputTokens > 0) {
+      count.predicted = Math.max(0, count.predicted + delta);
+      count.predictedTokens = count.predicted === 0 ? 0 : Math.max(0, count.predictedTokens + delta * predictedOutputTokens);
+    }
+  }
+
+  /**
+   * A cell's queued requests in units of a served request: each predicted one counts its predicted
+   * output over the mean served output, the others 1. Before any answer, each counts 1.
+   */
+  private weight(cell: QueuedCell): number {
+    const mean = this.meanServedOutput;
+    if (!(mean > 0) || cell.predicted === 0) return cell.n;
+    const unpredicted = Math.max(0, cell.n - cell.predicted);
+    return unpredicted + cell.predictedTokens / mean;
   }
 
   /** How long a request of `cls` waited in the queue; `admitted`: it left with a slot. */
@@ -187,8 +224,14 @@ export class LoadShedding {
     else this.keyed?.observeGaveUp(waitMs);
   }
 
-  /** A served request's tokens: usage levels and the completion rate. */
-  served(cls: PriorityClass, tenant: string, tokens: number): void {
+  /** A served request's tokens (and output tokens): usage levels, the completion rate, the mean answer. */
+  served(cls: PriorityClass, tenant: string, tokens: number, outputTokens?: number): void {
+    if (outputTokens !== undefined && outputTokens > 0 && Number.isFinite(outputTokens)) {
+      this.meanServedOutput =
+        this.meanServedOutput === 0
+          ? outputTokens
+          : this.meanServedOutput + MEAN_WEIGHT * (outputTokens - this.meanServedOutput);
+    }
     if (this.keyedClasses.has(cls)) this.keyed?.served();
     const p = this.prioritizer;
     if (p === undefined) return;

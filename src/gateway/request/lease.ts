@@ -13,6 +13,7 @@ import { AdmissionError, BudgetRefusedError } from "@sluice/scheduler/core/error
 import type { CancelSignal } from "@sluice/scheduler/core/signal.js";
 import type { Logger } from "pino";
 import type { Dispatcher } from "undici";
+import type { OutputPrediction } from "../../accounting/output-prediction.js";
 import { PoolTicket } from "../../accounting/pool-ticket.js";
 import { type CapacityFeedback, PACE_MIN_TAIL_TOKENS } from "../../capacity/adaptive.js";
 import {
@@ -30,6 +31,7 @@ import type {
   TokenSource,
 } from "../../contracts/outcome.js";
 import type { SluiceMetrics } from "../../metrics/index.js";
+import type { PredictionErrorObserver } from "../../metrics/output-prediction.js";
 import { retryableStatus } from "../../routing/retry.js";
 import type { RequestSpans } from "../../tracing/request-spans.js";
 import type { GatewayTracing } from "../../tracing/setup.js";
@@ -64,6 +66,8 @@ export interface LeaseContext {
   readonly upstreamTimeoutMs: number;
   /** Recent output lengths: answers of requests without max_tokens teach it (output-lengths.ts). */
   readonly outputLengths?: OutputLengths | undefined;
+  /** `sluice_output_prediction_error_ratio`; absent: not observed. */
+  readonly predictionErrors?: PredictionErrorObserver | undefined;
 }
 
 /** The tokens a served request is charged, and where they come from. */
@@ -101,6 +105,8 @@ export class Lease implements ExchangeOwner, CancelSignal {
   estimate: RequestEstimate | undefined;
   /** The request asks for generated output (a chat, a completion), not an embedding or a score. */
   generates = false;
+  /** One answer's predicted output tokens (requests that generate; set before routing). */
+  prediction: OutputPrediction | undefined;
   hold: BudgetHold | undefined;
   /** The model pool the request was routed to (undefined until routed). */
   pool: ModelPool | undefined;
@@ -218,6 +224,8 @@ export class Lease implements ExchangeOwner, CancelSignal {
     this.ticket = new PoolTicket(
       { tenants: this.ctx.activity, feedback: pool.adaptive, shedding: pool.shedding, now: monotonicNow },
       this.tenant,
+      // Shedding weighs the queue by predicted output: the whole request's, every choice.
+      this.prediction === undefined ? undefined : this.prediction.tokens * (this.estimate?.choices ?? 1),
     );
   }
 
