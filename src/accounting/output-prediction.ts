@@ -55,6 +55,11 @@ export interface OutputPrediction {
   /** Output tokens predicted for one answer (choice); at least 1. */
   readonly tokens: number;
   readonly source: PredictionSource;
+  /**
+   * The chain's answer came from answers (tenant or model), not from a ceiling (the default, the
+   * context): only then is it an estimate of length a queue can be weighed by.
+   */
+  readonly learned: boolean;
 }
 
 export interface PredictionInput {
@@ -132,14 +137,21 @@ export class OutputPredictor {
   }
 
   /** The chain's answer, before the request's cap. */
-  uncapped(tenant: string, model: string | undefined, defaultOutputTokens: number | undefined, contextTokens: number): OutputPrediction {
+  uncapped(
+    tenant: string,
+    model: string | undefined,
+    defaultOutputTokens: number | undefined,
+    contextTokens: number,
+  ): OutputPrediction {
     const now = this.now();
     const own = this.keys.get(tenantKey(tenant, model))?.quantile(now);
-    if (own !== undefined) return { tokens: Math.max(1, Math.ceil(own)), source: "tenant" };
+    if (own !== undefined) return { tokens: Math.max(1, Math.ceil(own)), source: "tenant", learned: true };
     const all = this.keys.get(modelKey(model))?.quantile(now);
-    if (all !== undefined) return { tokens: Math.max(1, Math.ceil(all)), source: "model" };
-    if (defaultOutputTokens !== undefined) return { tokens: Math.max(1, defaultOutputTokens), source: "default" };
-    return { tokens: Math.max(1, Math.ceil(contextTokens)), source: "context" };
+    if (all !== undefined) return { tokens: Math.max(1, Math.ceil(all)), source: "model", learned: true };
+    if (defaultOutputTokens !== undefined) {
+      return { tokens: Math.max(1, defaultOutputTokens), source: "default", learned: false };
+    }
+    return { tokens: Math.max(1, Math.ceil(contextTokens)), source: "context", learned: false };
   }
 
   /** The output tokens one answer of this request will have. */
@@ -147,7 +159,7 @@ export class OutputPredictor {
     const chain = this.uncapped(input.tenant, input.model, input.defaultOutputTokens, input.contextTokens);
     const cap = input.maxTokens;
     if (cap !== undefined && Number.isFinite(cap) && cap < chain.tokens) {
-      return { tokens: Math.max(1, Math.ceil(cap)), source: "max_tokens" };
+      return { tokens: Math.max(1, Math.ceil(cap)), source: "max_tokens", learned: chain.learned };
     }
     return chain;
   }

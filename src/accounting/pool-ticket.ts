@@ -76,13 +76,14 @@ export class PoolTicket {
   }
 
   /**
-   * What an admitted request was served, in tokens (and of them output tokens), under `cls`: once,
-   * for load shedding. It may come after `ended` (the gateway gives back first and charges after).
+   * What an admitted request was served, in tokens, under `cls`: once, for load shedding (with its
+   * predicted output, the unit its queue is weighed in). It may come after `ended` (the gateway
+   * gives back first and charges after).
    */
-  served(cls: PriorityClass, tokens: number, outputTokens?: number): void {
+  served(cls: PriorityClass, tokens: number): void {
     if (this.servedCounted || !this.wasAdmitted) return;
     this.servedCounted = true;
-    this.counters.shedding?.served(cls, this.tenant, tokens, outputTokens);
+    this.counters.shedding?.served(cls, this.tenant, tokens, this.predictedOutputTokens);
   }
 
   /** The request ended: whatever it still counts is given back, once. */

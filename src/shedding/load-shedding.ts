@@ -77,7 +77,7 @@ export function resolveShedding(
 }
 
 const PASS: ShedVerdict = Object.freeze({ shed: false });
-/** Weight of one answer in the mean served output: about the last 20 answers. */
+/** Weight of one served request in the mean served prediction: about the last 20. */
 const MEAN_WEIGHT = 0.05;
 
 /** Queued requests of one tenant in one class: all of them, and those with a predicted output. */
@@ -100,11 +100,13 @@ export class LoadShedding {
    */
   private readonly queued = new Map<PriorityClass, Map<string, QueuedCell>>();
   /**
-   * Output tokens of a served request, a moving mean: the unit the queue is weighed in. A queued
-   * request with a prediction counts predicted / mean requests, so a queue of long answers
-   * predicts a longer wait than as many short ones (the completion rate is in served requests).
+   * Predicted output tokens of a served request, a moving mean: the unit the queue is weighed in.
+   * The completion rate counts served requests; a queued request with a prediction counts
+   * predicted / mean of them, so a queue of long answers predicts a longer wait than as many
+   * short ones. Predictions over predictions: a high quantile's bias cancels out, and a fleet whose
+   * requests all look alike is weighed exactly as by count.
    */
-  private meanServedOutput = 0;
+  private meanServedPrediction = 0;
   private readonly calibration: Periodic;
 
   constructor(
@@ -201,16 +203,17 @@ export class LoadShedding {
     count.n = Math.max(0, count.n + delta);
     if (predictedOutputTokens !== undefined && predictedOutputTokens > 0) {
       count.predicted = Math.max(0, count.predicted + delta);
-      count.predictedTokens = count.predicted === 0 ? 0 : Math.max(0, count.predictedTokens + delta * predictedOutputTokens);
+      count.predictedTokens =
+        count.predicted === 0 ? 0 : Math.max(0, count.predictedTokens + delta * predictedOutputTokens);
     }
   }
 
   /**
    * A cell's queued requests in units of a served request: each predicted one counts its predicted
-   * output over the mean served output, the others 1. Before any answer, each counts 1.
+   * output over the mean served prediction, the others 1. Before any such answer, each counts 1.
    */
   private weight(cell: QueuedCell): number {
-    const mean = this.meanServedOutput;
+    const mean = this.meanServedPrediction;
     if (!(mean > 0) || cell.predicted === 0) return cell.n;
     const unpredicted = Math.max(0, cell.n - cell.predicted);
     return unpredicted + cell.predictedTokens / mean;
@@ -224,13 +227,15 @@ export class LoadShedding {
     else this.keyed?.observeGaveUp(waitMs);
   }
 
-  /** A served request's tokens (and output tokens): usage levels, the completion rate, the mean answer. */
-  served(cls: PriorityClass, tenant: string, tokens: number, outputTokens?: number): void {
-    if (outputTokens !== undefined && outputTokens > 0 && Number.isFinite(outputTokens)) {
-      this.meanServedOutput =
-        this.meanServedOutput === 0
-          ? outputTokens
-          : this.meanServedOutput + MEAN_WEIGHT * (outputTokens - this.meanServedOutput);
+  /**
+   * A served request's tokens: usage levels and the completion rate; `predictedOutputTokens`, the
+   * output it was predicted (when it had a prediction), the unit of the queue's weight.
+   */
+  served(cls: PriorityClass, tenant: string, tokens: number, predictedOutputTokens?: number): void {
+    const predicted = predictedOutputTokens;
+    if (predicted !== undefined && predicted > 0 && Number.isFinite(predicted)) {
+      const mean = this.meanServedPrediction;
+      this.meanServedPrediction = mean === 0 ? predicted : mean + MEAN_WEIGHT * (predicted - mean);
     }
     if (this.keyedClasses.has(cls)) this.keyed?.served();
     const p = this.prioritizer;

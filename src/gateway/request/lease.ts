@@ -224,8 +224,9 @@ export class Lease implements ExchangeOwner, CancelSignal {
     this.ticket = new PoolTicket(
       { tenants: this.ctx.activity, feedback: pool.adaptive, shedding: pool.shedding, now: monotonicNow },
       this.tenant,
-      // Shedding weighs the queue by predicted output: the whole request's, every choice.
-      this.prediction === undefined ? undefined : this.prediction.tokens * (this.estimate?.choices ?? 1),
+      // Shedding weighs the queue by predicted output (every choice), when answers taught it: a
+      // ceiling (the default, the context) is no length.
+      this.prediction?.learned ? this.prediction.tokens * (this.estimate?.choices ?? 1) : undefined,
     );
   }
 

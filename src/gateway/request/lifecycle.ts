@@ -443,14 +443,21 @@ function settle(lease: Lease, ending: Ending): void {
     metrics.countTenantTokens(tenant, charge.usage.inputTokens, charge.usage.outputTokens);
     // An answer the model ended by itself (no limit, or under it) teaches the predictor; one that
     // stopped at its limit says only that the model had more to say.
-    if (estimate !== undefined && lease.generates && charge.source !== "estimated" && workerAnswered && status < 400) {
+    if (
+      estimate !== undefined &&
+      lease.generates &&
+      charge.source !== "estimated" &&
+      workerAnswered &&
+      status < 400
+    ) {
       const perChoice = charge.usage.outputTokens / estimate.choices;
       const capped = estimate.outputLimited && perChoice >= estimate.maxOutputTokens / estimate.choices;
       if (!capped) outputLengths?.learn(tenant, estimate.model, perChoice);
       const prediction = lease.prediction;
       if (prediction !== undefined) {
         const ratio = predictionErrorRatio(prediction.tokens, perChoice, capped);
-        if (ratio !== undefined) lease.ctx.predictionErrors?.observe(lease.pool?.name ?? "", prediction.source, ratio);
+        if (ratio !== undefined)
+          lease.ctx.predictionErrors?.observe(lease.pool?.name ?? "", prediction.source, ratio);
       }
     }
   }
@@ -459,7 +466,7 @@ function settle(lease: Lease, ending: Ending): void {
   const adaptive = lease.pool?.adaptive;
   if (adaptive !== undefined) lease.feedCapacity(adaptive, status, code, outcome, usage);
   if (slot?.effectiveClass !== undefined && charge !== undefined)
-    lease.ticket?.served(slot.effectiveClass, tokens, charge.usage.outputTokens);
+    lease.ticket?.served(slot.effectiveClass, tokens);
   metrics.countHttpStatus(status);
   const spans = lease.spans;
   if (outcomes !== undefined || spans !== undefined) {

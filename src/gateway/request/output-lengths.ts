@@ -26,7 +26,8 @@ export class OutputLengths extends OutputPredictor {
     model: string | undefined,
     defaultOutputTokens: number | undefined,
     contextTokens: number,
-  ): OutputPrediction {
-    return this.uncapped(tenant, model, defaultOutputTokens, contextTokens);
+  ): Pick<OutputPrediction, "tokens" | "source"> {
+    const { tokens, source } = this.uncapped(tenant, model, defaultOutputTokens, contextTokens);
+    return { tokens, source };
   }
 }
