@@ -39,8 +39,16 @@ describe("output prediction", () => {
     for (let i = 0; i < MIN_SAMPLES; i++) p.learn("t", "m", 500);
     now += 1;
     assert.deepEqual(ask(p, "t", 100), { tokens: 100, source: "max_tokens", learned: true });
-    assert.deepEqual(ask(p, "t", 800), { tokens: 500, source: "tenant", learned: true }, "a cap above it changes nothing");
-    assert.deepEqual(ask(p, "cold", 64), { tokens: 64, source: "max_tokens", learned: true }, "the model's, capped");
+    assert.deepEqual(
+      ask(p, "t", 800),
+      { tokens: 500, source: "tenant", learned: true },
+      "a cap above it changes nothing",
+    );
+    assert.deepEqual(
+      ask(p, "cold", 64),
+      { tokens: 64, source: "max_tokens", learned: true },
+      "the model's, capped",
+    );
     const empty = new OutputPredictor(() => 0);
     assert.deepEqual(ask(empty, "t", 64), { tokens: 64, source: "max_tokens", learned: false });
   });

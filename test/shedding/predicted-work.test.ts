@@ -48,7 +48,11 @@ describe("shedding weighs the queue by predicted output", () => {
     const shedding = run(undefined, undefined);
     assert.equal(Math.round(shedding.status().prioritized!.predictedWaitMs), 1000);
     const mixed = run(100, undefined);
-    assert.equal(Math.round(mixed.status().prioritized!.predictedWaitMs), 1000, "unpredicted requests count one");
+    assert.equal(
+      Math.round(mixed.status().prioritized!.predictedWaitMs),
+      1000,
+      "unpredicted requests count one",
+    );
   });
 
   test("a request leaves the queue with the weight it entered with", () => {
