@@ -6,6 +6,7 @@ import type { BudgetBook } from "@sluice/scheduler/core/budgets.js";
 import type { OutcomeSink } from "../contracts/outcome.js";
 import type { SluiceMetrics } from "../metrics/index.js";
 import { registerOutputPredictionMetrics } from "../metrics/output-prediction.js";
+import { OutstandingWork } from "../routing/outstanding-work.js";
 import { DEFAULT_MAX_RETRIES } from "../routing/retry.js";
 import type { LifecycleMetrics } from "./fleet-metrics.js";
 import { clientLimitsOf } from "./front.js";
@@ -40,6 +41,8 @@ export function requestContexts(parts: RequestParts): { lifecycle: LifecycleCont
   // weight of a queued request for load shedding (docs/output-prediction.md).
   const outputLengths = new OutputLengths();
   const predictionErrors = registerOutputPredictionMetrics(metrics.registry);
+  // Prompt + predicted output of the requests in flight on each worker (routing's least_tokens).
+  const outstandingWork = new OutstandingWork();
   const lifecycle: LifecycleContext = {
     pools: fleet.pools,
     workers: fleet.workers,
@@ -53,6 +56,7 @@ export function requestContexts(parts: RequestParts): { lifecycle: LifecycleCont
     // The cost ceiling: configured, else the largest context a worker reports, else a constant.
     maxCostTokens: () => options.maxCostTokens ?? fleet.workers.contextLength ?? DEFAULT_MAX_COST_TOKENS,
     outputLengths,
+    outstandingWork,
     defaultOutputTokens: options.defaultOutputTokens,
     capacityMetrics: parts.lifecycleMetrics.capacityMetrics,
     retries: parts.lifecycleMetrics.retries,
@@ -71,6 +75,7 @@ export function requestContexts(parts: RequestParts): { lifecycle: LifecycleCont
     upstreamTimeoutMs: options.requestTimeoutSecs * 1000,
     outputLengths,
     predictionErrors,
+    outstandingWork,
     tracing: parts.recorders.tracing,
   };
   return { lifecycle, leases };

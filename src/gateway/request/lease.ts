@@ -32,6 +32,7 @@ import type {
 } from "../../contracts/outcome.js";
 import type { SluiceMetrics } from "../../metrics/index.js";
 import type { PredictionErrorObserver } from "../../metrics/output-prediction.js";
+import type { OutstandingWork } from "../../routing/outstanding-work.js";
 import { retryableStatus } from "../../routing/retry.js";
 import type { RequestSpans } from "../../tracing/request-spans.js";
 import type { GatewayTracing } from "../../tracing/setup.js";
@@ -66,6 +67,8 @@ export interface LeaseContext {
   readonly upstreamTimeoutMs: number;
   /** Recent output lengths: answers of requests without max_tokens teach it (output-lengths.ts). */
   readonly outputLengths?: OutputLengths | undefined;
+  /** Tokens outstanding per worker (routing's `least_tokens`); absent: not counted. */
+  readonly outstandingWork?: OutstandingWork | undefined;
   /** `sluice_output_prediction_error_ratio`; absent: not observed. */
   readonly predictionErrors?: PredictionErrorObserver | undefined;
 }
@@ -251,9 +254,21 @@ export class Lease implements ExchangeOwner, CancelSignal {
   /** The dispatch stage chose a worker. */
   dispatched(worker: Worker): void {
     this.worker = worker;
+    this.ctx.outstandingWork?.add(worker.url, this.workTokens());
     this.dispatchedMs = performance.now() - this.t0;
     // The worker's in-flight count moved: its adaptive controller re-samples its usage.
     this.pool?.adaptive?.dispatched?.(worker.url);
+  }
+
+  /**
+   * What the request costs its worker in tokens, for routing's outstanding work: the prompt and the
+   * predicted output of every choice. The same on dispatch and on leaving.
+   */
+  private workTokens(): number {
+    const estimate = this.estimate;
+    if (estimate === undefined) return 0;
+    const output = this.prediction === undefined ? 0 : this.prediction.tokens * estimate.choices;
+    return estimate.promptTokens + output;
   }
 
   /** Runs the exchange with the worker; resolves with the worker's status. */
@@ -306,6 +321,7 @@ export class Lease implements ExchangeOwner, CancelSignal {
     if (worker === undefined) return;
     if (this.tried === undefined) this.tried = [worker];
     else this.tried.push(worker);
+    this.ctx.outstandingWork?.remove(worker.url, this.workTokens());
     this.worker = undefined;
     this.exchange = undefined;
     this.ctx.workers.release(worker);
@@ -454,7 +470,10 @@ export class Lease implements ExchangeOwner, CancelSignal {
     }
 
     // Give back what the request holds.
-    if (this.worker !== undefined) ctx.workers.release(this.worker);
+    if (this.worker !== undefined) {
+      ctx.workers.release(this.worker);
+      ctx.outstandingWork?.remove(this.worker.url, this.workTokens());
+    }
     this.slot?.release();
     this.ticket?.ended();
     return { status, code, outcome, bytesSent };

@@ -30,6 +30,7 @@ import { GatewayError } from "../../contracts/gateway-error.js";
 import type { CapacityMetrics } from "../../metrics/capacity.js";
 import type { SluiceMetrics } from "../../metrics/index.js";
 import type { RetryCounter } from "../../metrics/routing.js";
+import type { OutstandingWork } from "../../routing/outstanding-work.js";
 import { BodyRoutingRequest } from "../../routing/request.js";
 import { type RetryReason, retryableFailure, retryableStatus, retryBackoffMs } from "../../routing/retry.js";
 import type { ModelPool, ModelPools } from "../fleet/model-pools.js";
@@ -64,6 +65,8 @@ export interface LifecycleContext {
   maxCostTokens(): number;
   /** Recent output lengths, for the budget reservation of a request without max_tokens. */
   readonly outputLengths: OutputLengths;
+  /** Tokens outstanding per worker: what `least_tokens` routing reads. */
+  readonly outstandingWork: OutstandingWork;
   /** `default_output_tokens`: the reservation when no history exists; undefined = the model's context. */
   readonly defaultOutputTokens: number | undefined;
   readonly capacityMetrics: CapacityMetrics;
@@ -276,7 +279,7 @@ function dispatch(
   req: IncomingMessage,
   estimate: RequestEstimate,
 ): Promise<void> | undefined {
-  const routing = new BodyRoutingRequest(estimate.json, req.headers);
+  const routing = new BodyRoutingRequest(estimate.json, req.headers, ctx.outstandingWork);
   // Inside its pool, only a worker that serves the request's model.
   const model = estimate.model ?? ctx.pools.defaultModel;
   const now = ctx.workers.tryAcquire(pool.workers, routing, model);
@@ -360,7 +363,7 @@ async function retried(
     return false;
   }
   const model = estimate.model ?? ctx.pools.defaultModel;
-  const routing = new BodyRoutingRequest(estimate.json, req.headers);
+  const routing = new BodyRoutingRequest(estimate.json, req.headers, ctx.outstandingWork);
   const next = ctx.workers.tryAcquireFor(pool.workers, routing, model, (w) => lease.untried(w));
   if (next === undefined) return stopRetrying(status);
   const failed = lease.worker!;
