@@ -185,6 +185,18 @@ export class OutputPredictor {
 }
 
 /**
+ * The chain in force, in words, for the gateway's start log: which steps a request without history
+ * falls back on (docs/output-prediction.md).
+ */
+export function describePredictionChain(defaultOutputTokens: number | undefined): string {
+  const fallback =
+    defaultOutputTokens === undefined
+      ? "then the model's context less the prompt (default_output_tokens unset)"
+      : `then default_output_tokens (${defaultOutputTokens})`;
+  return `tenant+model, then model: decaying p${Math.round(QUANTILE * 100)} (half-life ${HALF_LIFE_MS / 60_000} min, ${MIN_SAMPLES} answers needed); ${fallback}; capped by the request's max_tokens`;
+}
+
+/**
  * |predicted − actual| / actual for one answer, or undefined when the answer says nothing about the
  * prediction: no output (a ratio over 0), or an answer that stopped at its own limit (`capped`: the
  * length the model would have produced is unknown, only that it was at least the limit).

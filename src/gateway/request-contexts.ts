@@ -3,6 +3,7 @@
  * the request limits, gathered once at start.
  */
 import type { BudgetBook } from "@sluice/scheduler/core/budgets.js";
+import { describePredictionChain } from "../accounting/output-prediction.js";
 import type { OutcomeSink } from "../contracts/outcome.js";
 import type { SluiceMetrics } from "../metrics/index.js";
 import { registerOutputPredictionMetrics } from "../metrics/output-prediction.js";
@@ -41,6 +42,8 @@ export function requestContexts(parts: RequestParts): { lifecycle: LifecycleCont
   // weight of a queued request for load shedding (docs/output-prediction.md).
   const outputLengths = new OutputLengths();
   const predictionErrors = registerOutputPredictionMetrics(metrics.registry);
+  // Say which chain is in force: without default_output_tokens a new tenant's request holds a context.
+  logger.info({ chain: describePredictionChain(options.defaultOutputTokens) }, "output-length prediction");
   // Prompt + predicted output of the requests in flight on each worker (routing's least_tokens).
   const outstandingWork = new OutstandingWork();
   const lifecycle: LifecycleContext = {

@@ -39,6 +39,9 @@ describe("output prediction error metric", () => {
     const capped = await ask({ max_tokens: 30 });
     assert.equal(capped.usage?.completion_tokens, 30);
 
+    const start = fleet.logs.find((l) => l.msg === "output-length prediction");
+    assert.match(String(start?.chain), /decaying p95 .*then default_output_tokens \(200\)/);
+
     const s = await fleet.scrape();
     assert.equal(s.families.get(NAME)?.type, "HISTOGRAM");
     assert.deepEqual(labelNames(s, NAME), ["pool", "source"]);
