@@ -39,6 +39,12 @@ export const QUANTILE = 0.95;
 export const MAX_KEYS = 1024;
 /** A key's quantile is recomputed at most this often without new answers (ages move slowly). */
 const RECOMPUTE_MS = 10_000;
+/**
+ * With new answers, at most this often, unless REFRESH_ANSWERS came in or there was no quantile:
+ * a busy key predicts for every request, and one answer moves a p95 of 128 little.
+ */
+const REFRESH_MS = 1000;
+const REFRESH_ANSWERS = 16;
 
 /** Where a prediction came from: a step of the fallback chain, or the request's own cap. */
 export type PredictionSource = "tenant" | "model" | "default" | "context" | "max_tokens";
@@ -80,19 +86,26 @@ class Samples {
   private count = 0;
   private cached: number | undefined;
   private cachedAt = Number.NEGATIVE_INFINITY;
+  /** Answers added since the quantile was computed. */
+  private fresh = 0;
 
   add(tokens: number, now: number): void {
     this.values[this.next] = tokens;
     this.at[this.next] = now;
     this.next = (this.next + 1) % WINDOW;
     if (this.count < WINDOW) this.count++;
-    this.cachedAt = Number.NEGATIVE_INFINITY;
+    this.fresh++;
   }
 
   /** The decaying quantile of the answers younger than MAX_AGE_MS; undefined with fewer than MIN_SAMPLES. */
   quantile(now: number): number | undefined {
-    if (now - this.cachedAt < RECOMPUTE_MS) return this.cached;
+    const age = now - this.cachedAt;
+    const stale =
+      age >= RECOMPUTE_MS ||
+      (this.fresh > 0 && (this.cached === undefined || age >= REFRESH_MS || this.fresh >= REFRESH_ANSWERS));
+    if (!stale) return this.cached;
     this.cachedAt = now;
+    this.fresh = 0;
     const live: Array<{ value: number; weight: number }> = [];
     let total = 0;
     for (let i = 0; i < this.count; i++) {

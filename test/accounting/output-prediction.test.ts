@@ -91,6 +91,20 @@ describe("output prediction", () => {
     assert.equal(ask(p).source, "context", "7 answers are not a history");
   });
 
+  test("a busy key's quantile follows new answers within a second, or at once after 16 of them", () => {
+    let now = 0;
+    const p = new OutputPredictor(() => now);
+    for (let i = 0; i < 20; i++) p.learn("t", "m", 100);
+    now += 1;
+    assert.equal(ask(p).tokens, 100);
+    for (let i = 0; i < 15; i++) p.learn("t", "m", 900);
+    assert.equal(ask(p).tokens, 100, "15 new answers within the second: the last quantile stands");
+    now += 1000;
+    assert.equal(ask(p).tokens, 900, "a second later it is recomputed");
+    for (let i = 0; i < 16; i++) p.learn("t", "m", 5000);
+    assert.equal(ask(p).tokens, 5000, "16 new answers: recomputed at once");
+  });
+
   test("keys are bounded, and bad lengths are ignored", () => {
     const p = new OutputPredictor(() => 0);
     for (let i = 0; i < 3 * MAX_KEYS; i++) p.learn(`tenant-${i}`, "m", 10);
