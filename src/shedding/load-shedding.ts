@@ -7,6 +7,10 @@
  * What each sheds: the prioritizer any class but system (interactive only once bulk and default
  * are shed, by construction of its levels); keyed shedding only the classes it lists (default bulk
  * and default; never system). docs/adaptive.md states both laws and every default.
+ *
+ * The prioritizer's queue is weighed by predicted output (accounting/output-prediction.ts): a
+ * queued request counts its prediction over the mean prediction of the requests served, through
+ * a noise band (bandedWeight), so its predicted wait is in served requests' worth of work.
  */
 import type { PriorityClass } from "@sluice/scheduler/core/class.js";
 import type { Clock } from "@sluice/scheduler/core/clock.js";
