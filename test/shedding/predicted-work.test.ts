@@ -8,6 +8,7 @@
 import assert from "node:assert/strict";
 import { describe, test } from "node:test";
 import { ManualClock } from "@sluice/scheduler/core/clock.js";
+import { PoolTicket } from "../../src/accounting/pool-ticket.js";
 import { bandedWeight, LoadShedding } from "../../src/shedding/load-shedding.js";
 
 /**
@@ -80,5 +81,29 @@ describe("shedding weighs the queue by predicted output", () => {
     shedding.calibrate();
     // One request of weight 8 / 2 = 4 left, 10 served in the second: 0.4 s.
     assert.equal(Math.round(shedding.status().prioritized!.predictedWaitMs), 400);
+  });
+
+  test("a pool ticket carries its request's prediction into the queue, out of it, and into served", () => {
+    const clock = new ManualClock(0);
+    const shedding = new LoadShedding({ prioritized: { maxQueueWaitMs: 1500 } }, clock);
+    const counters = { shedding, now: () => clock.now() };
+    for (let i = 0; i < 10; i++) {
+      const served = new PoolTicket(counters, "other", 100);
+      served.queued("default");
+      served.admitted();
+      served.served("default", 500);
+      served.ended();
+    }
+    const waiting = Array.from({ length: 5 }, () => new PoolTicket(counters, "acme", 800));
+    for (const t of waiting) t.queued("default");
+    clock.advance(1000);
+    shedding.calibrate();
+    // 5 queued at 8x the served mean count 4 each: 20 served requests' worth at 10 a second.
+    assert.equal(shedding.status().prioritized!.queued, 20);
+    assert.equal(Math.round(shedding.status().prioritized!.predictedWaitMs), 2000);
+    for (const t of waiting) t.ended();
+    clock.advance(1000);
+    shedding.calibrate();
+    assert.equal(shedding.status().prioritized!.queued, 0, "each left with the weight it came with");
   });
 });
