@@ -126,7 +126,7 @@ export const GATEWAY_OPTIONS = {
     parse: choiceArg(POLICY_NAMES),
     default: DEFAULT_ROUTING.policy,
     help: `worker choice: ${POLICY_NAMES.join(" | ")} (docs/routing.md)`,
-    doc: "worker choice inside the request's pool: `cache_aware` (where the prompt's prefix is cached, unless overloaded), `prefix_hash`, `session`, `power_of_two` (less loaded of two random workers), `round_robin`, `random` (docs/routing.md)",
+    doc: "worker choice inside the request's pool: `cache_aware` (where the prompt's prefix is cached, unless overloaded), `prefix_hash`, `session`, `power_of_two` (less loaded of two random workers), `round_robin`, `random`, `least_tokens` (fewest prompt + predicted output tokens outstanding) (docs/routing.md)",
   }),
   session_header: value({
     arg: "<name>",
