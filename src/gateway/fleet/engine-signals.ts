@@ -99,13 +99,18 @@ export class EngineSignalReader {
     } else if (worker.sglangInfo !== undefined) {
       // SGLang serves /metrics only with --enable-metrics: without it, capacity alone.
       this.settle(worker, "sglang", false, "/get_server_info (no sglang: series at /metrics)");
-    } else if (worker.listsMaxModelLen) {
+    } else if (worker.modelCardsLikeVllm) {
       // vLLM always serves /metrics: one without vllm: series (a proxy in front of it?) is worth a word.
-      this.settle(worker, "vllm", false, "max_model_len in /v1/models (no vllm: series at /metrics)");
+      this.settle(
+        worker,
+        "vllm",
+        false,
+        "vLLM's /v1/models cards (max_model_len or owned_by vllm; no vllm: series at /metrics)",
+      );
       if (answer.kind !== "failed") {
         this.problem(
           worker,
-          "/metrics: no vllm: series although /v1/models looks like vLLM's (max_model_len)",
+          "/metrics: no vllm: series although /v1/models looks like vLLM's (max_model_len or owned_by vllm)",
         );
       }
     } else {

@@ -94,8 +94,11 @@ export class Worker {
   scrapesMetrics = false;
   /** What SGLang's /get_server_info said of capacity (undefined: not SGLang, or not read). */
   sglangInfo: SglangServerInfo | undefined = undefined;
-  /** Its `GET /v1/models` cards carry `max_model_len` (vLLM's do): a hint for engine recognition. */
-  listsMaxModelLen = false;
+  /**
+   * Its `GET /v1/models` cards look like vLLM's (`max_model_len`, or `owned_by: "vllm"`): a hint for
+   * engine recognition when its /metrics says nothing.
+   */
+  modelCardsLikeVllm = false;
   /** KV cache capacity in tokens, as its engine reports it. */
   kvCapacityTokens: number | undefined = undefined;
   /** Its engine's last reading, carried forward by this gateway's own requests (engine-load.ts). */
@@ -751,9 +754,11 @@ export class WorkerPool {
     }
     const ids: string[] = [];
     let maxLen = 0;
+    let ownedByVllm = false;
     if (Array.isArray(data)) {
       for (const model of data) {
-        const m = model as { id?: unknown; max_model_len?: unknown } | null;
+        const m = model as { id?: unknown; max_model_len?: unknown; owned_by?: unknown } | null;
+        if (m?.owned_by === "vllm") ownedByVllm = true;
         if (typeof m?.id === "string" && m.id.length > 0 && m.id.length <= 256 && !ids.includes(m.id)) {
           ids.push(m.id);
         }
@@ -762,7 +767,7 @@ export class WorkerPool {
       }
     }
     if (worker.contextLength === undefined && maxLen > 0) worker.contextLength = maxLen;
-    worker.listsMaxModelLen = maxLen > 0;
+    worker.modelCardsLikeVllm = maxLen > 0 || ownedByVllm;
     if (worker.configuredModels) return;
     // No model list: the name /get_server_info gave (SGLang), else any model (the catch-all pool).
     if (ids.length === 0 && worker.infoModel !== undefined) ids.push(worker.infoModel);
