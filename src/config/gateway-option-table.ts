@@ -98,6 +98,11 @@ function toggle(row: RowText): OptionRow<boolean> {
   };
 }
 
+/** A switch that is on unless turned off: `--no-<flag>` beside `--<flag>`, `false` in YAML or the environment. */
+function toggleOn(row: RowText): OptionRow<boolean> {
+  return { ...toggle(row), default: true };
+}
+
 export const GATEWAY_OPTIONS = {
   worker_urls: list({
     arg: "<url...>",
@@ -521,6 +526,10 @@ export const GATEWAY_OPTIONS = {
     default: DEFAULT_LEASE_TTL_SECS,
     help: "shared state: a dead replica's slots come back within this time (renewed while requests run)",
     doc: "a slot is a lease renewed while its request runs; a replica killed with SIGKILL has its slots back within this time",
+  }),
+  rate_limit_headers: toggleOn({
+    help: "send x-ratelimit-* and x-sluice-budget-* headers to identified tenants (--no-rate-limit-headers: off; Retry-After stays)",
+    doc: "`x-ratelimit-{limit,remaining,reset}-{requests,tokens}` and `x-sluice-budget-remaining-{tokens,usd}` on every answer to a tenant with such limits (docs/rate-limit-headers.md); `--no-rate-limit-headers` turns them off, Retry-After stays",
   }),
   config: {
     ...value({

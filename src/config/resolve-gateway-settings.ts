@@ -74,6 +74,7 @@ export function resolveGatewaySettings({ commandLine, env }: SettingsInput): Gat
     workerApiKey: values.worker_api_key,
     maxCostTokens: values.max_cost_tokens,
     defaultOutputTokens: values.default_output_tokens,
+    rateLimitHeaders: values.rate_limit_headers,
     capacity: capacitySettings(values, file, configPath),
     shedding: fileShedding(file, configPath),
     routing: {

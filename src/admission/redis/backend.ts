@@ -100,7 +100,7 @@ interface GlobalView {
   reservedAt: number | undefined;
 }
 
-const EMPTY_ARGS: ReadonlyArray<string | number> = [0, 0, -1, -1, -1, 0];
+const EMPTY_ARGS: ReadonlyArray<string | number> = [0, 0, -1, -1, -1, 0, -1];
 
 function accountingUnits(cost: number, weight: number): number {
   const c = !(cost >= 0) ? 1 : Math.min(cost, MAX_CHARGE_TOKENS);

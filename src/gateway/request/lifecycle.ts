@@ -91,7 +91,7 @@ export async function runLifecycle(ctx: LifecycleContext, lease: Lease, req: Inc
     const pool = route(ctx, estimate);
     lease.routed(pool);
     const shedClass = shed(ctx, pool, lease, req);
-    await admit(pool, lease, req, estimate, shedClass);
+    await admit(ctx, pool, lease, req, estimate, shedClass);
     const waiting = dispatch(ctx, pool, lease, req, estimate);
     if (waiting !== undefined) await waiting;
     exchanging = true;
@@ -189,6 +189,7 @@ function shed(
   if (shedding === undefined) return undefined;
   const cls = pool.admission.classify(requestedPriority(req.headers), lease.tenant)?.effective;
   if (cls === undefined) return undefined;
+  lease.effectiveClass = cls;
   const session =
     shedding.sessionHeader === undefined ? undefined : firstHeaderValue(req.headers[shedding.sessionHeader]);
   const verdict = shedding.check(cls, lease.tenant, session);
@@ -209,6 +210,7 @@ function shed(
 
 /** A slot: at once, or after queueing (429 queue full, 408 timeout, 499 client gone). */
 async function admit(
+  ctx: LifecycleContext,
   pool: ModelPool,
   lease: Lease,
   req: IncomingMessage,
@@ -216,12 +218,15 @@ async function admit(
   shedClass: PriorityClass | undefined,
 ): Promise<void> {
   const ticket = lease.ticket!;
+  const priority = requestedPriority(req.headers);
+  // Classified now, so a refusal from the queue names the class it was refused under.
+  lease.effectiveClass = shedClass ?? pool.admission.classify(priority, lease.tenant)?.effective;
   ticket.queued(shedClass);
   lease.spans?.queueStarted();
   let slot: Slot;
   try {
     slot = await pool.admission.acquire({
-      priority: requestedPriority(req.headers),
+      priority,
       tenant: lease.tenant,
       cost: estimate.cost,
       signal: lease,
@@ -231,6 +236,8 @@ async function admit(
     });
   } catch (err) {
     ticket.notAdmitted();
+    if (err instanceof AdmissionError && err.priorityClass !== undefined)
+      lease.effectiveClass = err.priorityClass;
     // Left the queue without a slot (408 after its queue timeout, 499 gone while queued): the time
     // it waited, as the admission backend measured it, is its row's queue_wait_ms.
     if (err instanceof AdmissionError && err.queueWaitMs !== undefined) lease.leftQueue(err.queueWaitMs);
@@ -245,6 +252,8 @@ async function admit(
     throw err;
   }
   ticket.admitted();
+  // Legacy admission has no class of its own: the worker is told the clamped one (stream).
+  lease.effectiveClass = slot.effectiveClass ?? ctx.classFor(priority, lease.tenant);
   lease.admitted(slot);
 }
 

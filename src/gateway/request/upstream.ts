@@ -60,8 +60,10 @@ export interface ExchangeOwner {
   markFirstByte(): boolean;
   /** Given the worker's content type, may return a transform for the body. */
   observe(contentType: string | undefined): BodyTransform | undefined;
-  /** Headers the gateway adds to the worker's answer (flat name/value list). */
-  readonly answerHeaders: string[];
+  /** Headers the gateway adds to the worker's answer (flat name/value list), as they stand now. */
+  headersForAnswer(): string[];
+  /** True for a header the gateway sets itself, whose worker value is not passed on. */
+  ownsHeader(name: string): boolean;
   /**
    * The worker's status line is a 502 or 503 and nothing has reached the client: true = drop this
    * answer (the exchange fails with an UpstreamStatusError) because another worker will be tried.
@@ -182,7 +184,10 @@ export class UpstreamExchange implements Dispatcher.DispatchHandler {
     const headers = filter.headers;
     // A transform may change the length: let Node frame the body instead.
     if (this.transform?.changesLength) dropHeader(headers, "content-length");
-    for (const h of this.owner.answerHeaders) headers.push(h);
+    // One value per name: the tenant's limits are the gateway's to say, not the worker's.
+    for (let i = headers.length - 2; i >= 0; i -= 2)
+      if (this.owner.ownsHeader(headers[i]!)) headers.splice(i, 2);
+    for (const h of this.owner.headersForAnswer()) headers.push(h);
     this.res.writeHead(this.status, headers);
     return true;
   }
