@@ -207,6 +207,11 @@ export class Lease implements ExchangeOwner, CancelSignal {
     for (const listener of listeners) listener();
   }
 
+  /** Bytes of the answer have gone out (its head at least). */
+  get answerStarted(): boolean {
+    return this.res.headersSent;
+  }
+
   get isClientGone(): boolean {
     return this.clientGone;
   }

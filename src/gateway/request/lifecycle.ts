@@ -415,6 +415,11 @@ function sleepUnlessAborted(ms: number, lease: Lease): Promise<void> {
  * tokens and the record; adaptive capacity and shedding learn from it; it is counted and recorded.
  */
 function settle(lease: Lease, ending: Ending): void {
+  // A request refused before it held a slot gives its budget hold back before its answer is
+  // written, so the answer's rate-limit headers show the limits as the refusal leaves them.
+  if ("failed" in ending && lease.hold !== undefined && lease.slot === undefined && !lease.answerStarted) {
+    lease.ctx.budgets.refund(lease.hold);
+  }
   const closed = lease.close(ending);
   if (closed === undefined) return;
   const { budgets, metrics, outputLengths, outcomes } = lease.ctx;
