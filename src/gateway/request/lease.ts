@@ -41,7 +41,7 @@ import type { Worker, WorkerPool } from "../fleet/workers.js";
 import { closeAfterAnswer } from "../http/client-guard.js";
 import { requestedPriority } from "../http/headers.js";
 import { sendError } from "../http/http-errors.js";
-import { isRateLimitHeader, rateLimitHeaders } from "../http/rate-limit-headers.js";
+import { rateLimitHeaders } from "../http/rate-limit-headers.js";
 import type { TenantActivity } from "../tenancy/tenant-activity.js";
 import { ANONYMOUS_TENANT } from "../tenancy/tenants.js";
 import type { RequestEstimate } from "./cost.js";
@@ -612,11 +612,6 @@ export class Lease implements ExchangeOwner, CancelSignal {
     const policy = this.ctx.budgets.policyOf(this.tenant);
     if (policy === undefined) return [];
     return rateLimitHeaders(policy, this.ctx.budgets.remaining(this.tenant));
-  }
-
-  /** True when sluice sends a header of this name itself (a worker's own value is dropped). */
-  ownsHeader(name: string): boolean {
-    return this.ctx.rateLimitHeaders && this.tenant !== ANONYMOUS_TENANT && isRateLimitHeader(name);
   }
 
   /** The error with the Retry-After of what will free up (retry-after.ts), for codes that carry one. */
