@@ -5,12 +5,17 @@
  * `rate_limit_headers: false` turns them off and leaves Retry-After. Time is the test's ManualClock.
  */
 import assert from "node:assert/strict";
+import { createServer, type IncomingHttpHeaders } from "node:http";
+import type { AddressInfo } from "node:net";
 import { describe, test } from "node:test";
 import { ManualClock } from "@sluice/scheduler/core/clock.js";
+import { request } from "undici";
+import { startMockWorker } from "../../src/mock-worker/index.js";
 import {
   assertError,
   assertOk,
   closedPort,
+  FAST_WORKER,
   type Fleet,
   type Reply,
   schedulerDoc,
@@ -184,6 +189,31 @@ describe("rate-limit headers over HTTP", () => {
     await running.cancel();
   });
 
+  test("503 preempted: Retry-After from the drain for its class; both answers name their class", async (t) => {
+    const clock = new ManualClock(MONDAY_8PM);
+    const fleet = await stack(t, clock);
+    // One served request that held its slot at least 2 s.
+    assertOk(await fleet.chatAs("plain", {}, { "x-mock-ttft-ms": "2000" }));
+    const bulk = fleet.holdAs("plain", {}, { "x-smg-priority": "bulk", "x-mock-ttft-ms": "60000" });
+    await waitFor(() => fleet.workers[0]!.stats().running === 1, "bulk reached the worker");
+    const interactive = fleet.holdAs("plain", {}, { "x-smg-priority": "interactive" });
+    await waitFor(() => fleet.snapshot().classes.interactive.queued === 1, "interactive queued");
+    // Past interactive's wait target (preempt_after_secs, 0.25 s): it takes bulk's slot.
+    clock.advance(300);
+    const victim = await bulk.result;
+    assertError(victim, 503, "scheduler_preempted", "service_unavailable");
+    assert.ok(!(victim instanceof Error));
+    assert.equal(victim.headers["x-sluice-class"], "bulk");
+    // Nothing queued ahead of a bulk request now; itself at >= 2 s on one slot.
+    const after = Number(victim.headers["retry-after"]);
+    assert.ok(after >= 2 && after <= 30, `Retry-After ${victim.headers["retry-after"]}`);
+    const winner = await interactive.result;
+    assertOk(winner);
+    assert.equal(winner.status, 200);
+    assert.equal(winner.headers["x-sluice-class"], "interactive");
+    assert.equal(winner.headers["x-sluice-admission"], "queued");
+  });
+
   test("rate_limit_headers: false sends none; Retry-After and X-Sluice-Class stay", async (t) => {
     const clock = new ManualClock(MONDAY_8PM);
     const fleet = await stack(t, clock, false);
@@ -212,5 +242,56 @@ describe("503 no healthy worker", () => {
     assert.equal(reply.headers["retry-after"], "12");
     // Its hold is given back before the answer is written: the headers show the bucket full.
     assert.equal(reply.headers["x-ratelimit-remaining-tokens"], "150");
+  });
+});
+
+describe("a worker's own rate-limit headers", () => {
+  test("give way to the gateway's names for a tenant that gets them, and pass otherwise", async (t) => {
+    // A worker that reports limits of its own (an OpenAI-compatible upstream): the mock behind a
+    // proxy that adds two x-ratelimit headers to every answer.
+    const mock = await startMockWorker(FAST_WORKER);
+    t.after(() => mock.close());
+    const front = createServer((req, res) => {
+      const headers: IncomingHttpHeaders = { ...req.headers };
+      delete headers.host;
+      delete headers.connection;
+      request(`${mock.url}${req.url}`, {
+        method: req.method as "GET",
+        headers,
+        body: req.method === "GET" ? null : req,
+      }).then(
+        (upstream) => {
+          const out: Record<string, string | string[]> = {};
+          for (const [name, value] of Object.entries(upstream.headers)) {
+            if (value !== undefined && name !== "transfer-encoding" && name !== "connection")
+              out[name] = value;
+          }
+          out["x-ratelimit-limit-tokens"] = "999999";
+          out["x-ratelimit-limit-requests"] = "12345";
+          res.writeHead(upstream.statusCode, out);
+          upstream.body.pipe(res);
+        },
+        () => res.destroy(),
+      );
+    });
+    await new Promise<void>((resolve) => front.listen(0, "127.0.0.1", resolve));
+    t.after(() => new Promise<void>((resolve) => front.close(() => resolve())));
+    const port = (front.address() as AddressInfo).port;
+
+    const fleet = await startFleet(t, {
+      workers: [],
+      extraWorkers: [{ url: `http://127.0.0.1:${port}`, capacity: 4 }],
+      schedulerYaml: schedulerDoc({ tenant_policies: POLICIES }),
+      tenants: ["tokens"],
+    });
+    const ours = await fleet.chatAs("tokens", HUNDRED);
+    assertOk(ours);
+    assert.equal(ours.status, 200);
+    // One value per name: the gateway's for the pair it sends, the worker's for the one it does not.
+    assert.equal(ours.headers["x-ratelimit-limit-tokens"], "150");
+    assert.equal(ours.headers["x-ratelimit-limit-requests"], "12345");
+    const anonymous = await fleet.chat();
+    assertOk(anonymous);
+    assert.equal(anonymous.headers["x-ratelimit-limit-tokens"], "999999");
   });
 });
