@@ -300,6 +300,18 @@ describe("the Retry-After rule per code", () => {
     assert.equal(retryAfterSecsFor("tenant_inactive", undefined, facts), undefined);
   });
 
+  test("a pool with a shedding predictor: its forecast wait when it has one", () => {
+    const predicting = (predictedWaitMs: number) =>
+      ({
+        ...pool,
+        shedding: { prioritizer: { status: () => ({ predictedWaitMs }) } },
+      }) as unknown as ModelPool;
+    assert.equal(retryAfterSecsFor("scheduler_queue_full", 1, { ...facts, pool: predicting(4200) }), 5);
+    // No forecast (-1: no completions seen) or nothing queued (0): the drain estimate.
+    assert.equal(retryAfterSecsFor("scheduler_queue_full", 1, { ...facts, pool: predicting(-1) }), 6);
+    assert.equal(retryAfterSecsFor("scheduler_queue_timeout", 1, { ...facts, pool: predicting(0) }), 6);
+  });
+
   test("no healthy worker: the worker-return figure", () => {
     assert.equal(retryAfterSecsFor("no_healthy_workers", 1, facts), 7);
   });

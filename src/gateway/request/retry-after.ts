@@ -1,7 +1,9 @@
 /**
  * The Retry-After of a refusal, from what will actually free up (docs/errors.md, "Retry-After"):
  *
- *   queue full, queue timeout, preempted, no worker room   the pool's queue drain (queue-drain.ts)
+ *   queue full, queue timeout, preempted, no worker room   the pool's shedding predictor's forecast
+ *                                                           when it has one, else its queue drain
+ *                                                           (queue-drain.ts)
  *   no healthy worker                                       the next chance a worker comes back
  *   token/request bucket, term budget, load shedding        the figure their deciders computed
  *                                                           (refill, period end, predicted wait)
@@ -12,7 +14,7 @@
 import type { PriorityClass } from "@sluice/scheduler/core/class.js";
 import type { ErrorCode } from "../../contracts/error-table.js";
 import type { ModelPool } from "../fleet/model-pools.js";
-import type { QueueDrain } from "./queue-drain.js";
+import { type QueueDrain, wholeSecs } from "./queue-drain.js";
 
 /** The codes whose wait is the queue's: a slot must free up for every request ahead. */
 const QUEUE_CODES: ReadonlySet<ErrorCode> = new Set<ErrorCode>([
@@ -49,6 +51,10 @@ export function retryAfterSecsFor(
   if (QUEUE_CODES.has(code)) {
     const pool = facts.pool;
     if (pool === undefined) return decided ?? 1;
+    // The shedding predictor's wait (queued / observed completion rate, calibrated each second)
+    // measures throughput itself; without one, or before it has seen the queue, the drain estimate.
+    const forecastMs = pool.shedding?.prioritizer?.status().predictedWaitMs;
+    if (forecastMs !== undefined && forecastMs > 0) return wholeSecs(forecastMs);
     if (facts.drain.meanServiceMs(pool.name) === undefined) return decided ?? 1;
     return facts.drain.secsUntilAdmitted(pool.name, pool.admission.snapshot(), facts.cls);
   }
