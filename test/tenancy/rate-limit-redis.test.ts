@@ -43,7 +43,8 @@ test("requests_per_minute holds across replicas; 429 and 403 carry Retry-After; 
     assert.equal(r.status, 200, r.text);
     if (i % 2 === 0) {
       assert.equal(r.headers["x-ratelimit-limit-requests"], "4");
-      assert.match(String(r.headers["x-ratelimit-remaining-requests"]), /^[0-4]$/);
+      // The replica counts its own reservation at once; the other replica's by its next refresh.
+      assert.match(String(r.headers["x-ratelimit-remaining-requests"]), i === 0 ? /^3$/ : /^[12]$/);
       assert.match(String(r.headers["x-ratelimit-reset-requests"]), /^(0s|\d+ms|[\d.]+s)$/);
       // No tokens_per_minute: no tokens pair.
       assert.equal(r.headers["x-ratelimit-limit-tokens"], undefined);

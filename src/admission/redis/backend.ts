@@ -410,7 +410,10 @@ export class RedisAdmissionBackend implements AdmissionBackend, SlotOwner, Wakeu
     }
     this.readView(out, 3);
     const hold = waiter.hold;
-    if (hold !== undefined && out[1] === "1") hold.reserved = true;
+    if (hold !== undefined && out[1] === "1") {
+      hold.reserved = true;
+      this.budgets?.noteReserved(hold);
+    }
     const cls = classOfRank(waiter.rank);
     switch (status) {
       case "fast":

@@ -195,6 +195,7 @@ export class SharedBudgetBook extends BudgetBook {
     )) as string[];
     this.shared.onRoundTrip?.("budget", (performance.now() - started) / 1000);
     // "dup": this hold's own reservation is already in Redis (the id is the gateway's, unique).
+    if (verdict[0] === "ok") this.noteReserved(hold);
     if (verdict[0] === "ok" || verdict[0] === "dup") hold.reserved = true;
     else throw budgetRefusal(hold, verdict[0]!, verdict[1] ?? "0");
   }
@@ -247,6 +248,24 @@ export class SharedBudgetBook extends BudgetBook {
       return;
     }
     if (this.localHolds.has(hold)) this.settleLocal(hold, undefined, true);
+  }
+
+  /**
+   * A reservation of this replica's went through: what is left, as last read from Redis, goes down
+   * by it at once, so the next answer's rate-limit headers count it before the next refresh reads
+   * the fleet-wide figures (docs/rate-limit-headers.md).
+   */
+  noteReserved(hold: SharedHold): void {
+    const left = this.cached.get(hold.tenant) ?? this.full(hold.policy);
+    const next: BudgetRemaining = { ...left };
+    if (next.tokens_per_minute !== undefined)
+      next.tokens_per_minute = Math.max(0, next.tokens_per_minute - hold.tokens);
+    if (next.requests_per_minute !== undefined)
+      next.requests_per_minute = Math.max(0, next.requests_per_minute - 1);
+    if (next.budget_tokens !== undefined) next.budget_tokens = Math.max(0, next.budget_tokens - hold.tokens);
+    if (next.budget_cost_usd !== undefined)
+      next.budget_cost_usd = Math.max(0, next.budget_cost_usd - hold.usd);
+    this.cached.set(hold.tenant, next);
   }
 
   override remaining(tenant: string): BudgetRemaining {
