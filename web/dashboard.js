@@ -52,7 +52,20 @@
   const dec = (digits) => (v) => (isNum(v) ? v.toFixed(digits) : "—");
   const pct = (v) => (isNum(v) ? `${(v * 100).toFixed(1)}%` : "—");
   const usd = (v) => (isNum(v) ? `$${v.toFixed(4)}` : "—");
-  const clock = (ms) => new Date(ms).toLocaleTimeString([], { hour12: false });
+  // Times are 24-hour local time, HH:MM:SS (HH:MM for minutes), the same everywhere on the page:
+  // built by hand, since a locale's own format may be 12-hour or show midnight as 24.
+  const two = (n) => String(n).padStart(2, "0");
+  const hhmm = (ms) => {
+    const d = new Date(ms);
+    return `${two(d.getHours())}:${two(d.getMinutes())}`;
+  };
+  const clock = (ms) => `${hhmm(ms)}:${two(new Date(ms).getSeconds())}`;
+  /** A <time> element: the text as shown, the instant in datetime and data-value. */
+  function timeEl(ms, format = clock, testid) {
+    const t = el("time", { testid, "data-value": String(ms) }, format(ms));
+    t.dateTime = new Date(ms).toISOString();
+    return t;
+  }
 
   function el(tag, attrs, ...children) {
     const node = document.createElement(tag);
@@ -193,50 +206,139 @@
     $("gateway").replaceChildren(...nodes);
   }
 
-  function pressureBadge(p, testid) {
-    const [tone, word] = p >= 1 ? ["bad", "full"] : p >= 0.75 ? ["warn", "busy"] : ["ok", "ok"];
-    const b = badge(tone, `${(p * 100).toFixed(0)}% ${word}`, testid);
-    b.dataset.value = String(p);
+  /** A class's share of the capacity, from its own in flight; the colour says whether it queues. */
+  function busyBadge(c, testid) {
+    const [tone, word] =
+      c.queued > 0 && c.headroom <= 0
+        ? ["bad", "busy, queueing"]
+        : c.queued > 0
+          ? ["warn", "busy, queueing"]
+          : ["ok", "busy"];
+    const b = badge(tone, `${(c.busy * 100).toFixed(0)}% ${word}`, testid);
+    b.dataset.value = String(c.busy);
     return b;
+  }
+
+  const CLASS_COLUMNS = [
+    ["Class", "text"],
+    ["In flight", "num"],
+    ["Queued", "num"],
+    ["Queue limit", "num"],
+    ["Reserved", "num"],
+    ["Headroom", "num"],
+    ["Busy", "text"],
+    ["In flight / capacity", "text bar-col"],
+  ];
+
+  /**
+   * The rows of a class table. `prefix` starts their cells' testids (`class-` for the fleet totals,
+   * `pool-<name>-class-` for a pool), `rowPrefix` the rows' (`class-row-`, `pool-<name>-class-row-`).
+   */
+  function classRows(classes, cap, prefix, rowPrefix) {
+    return classes.map((c) => {
+      const id = (f) => `${prefix}${c.class}-${f}`;
+      // The bar is neutral unless the class queues; then its colour and its words say so.
+      const tone = c.queued === 0 ? "neutral" : c.headroom <= 0 ? "bad" : "warn";
+      return el(
+        "tr",
+        { testid: `${rowPrefix}${c.class}`, "data-class": c.class },
+        el("th", { scope: "row", class: "text" }, c.class),
+        num("td", id("inflight"), c.inflight, int, { class: "num" }),
+        num("td", id("queued"), c.queued, int, { class: "num" }),
+        num("td", id("queue-limit"), c.queue_limit, int, { class: "num" }),
+        num("td", id("reserved"), c.reserved, int, { class: "num" }),
+        num("td", id("headroom"), c.headroom, int, { class: "num" }),
+        el("td", { class: "text" }, busyBadge(c, id("busy"))),
+        el(
+          "td",
+          { class: "text bar-col" },
+          bar(cap > 0 ? c.inflight / cap : 0, `${c.inflight} / ${cap}, reserved ${c.reserved}`, tone),
+        ),
+      );
+    });
+  }
+
+  function classTableHead() {
+    return el(
+      "thead",
+      {},
+      el("tr", {}, ...CLASS_COLUMNS.map(([title, cls]) => el("th", { scope: "col", class: cls }, title))),
+    );
   }
 
   function renderClasses(s) {
     const legacy = s.classes === null;
     $("classes-legacy").hidden = !legacy;
     $("classes").hidden = legacy;
+    const single = s.pools.length === 1 ? s.pools[0] : undefined;
+    $("fleet-title").textContent =
+      s.pools.length > 1
+        ? `All ${s.pools.length} pools (fleet totals)`
+        : single
+          ? `Pool ${single.name === "*" ? "* (every model)" : single.name}`
+          : "Fleet";
     if (legacy) return;
-    const cap = s.gateway.capacity;
-    replaceRows(
-      "classes",
-      s.classes.map((c) => {
-        const id = (f) => `class-${c.class}-${f}`;
-        // The bar is neutral unless the class queues; then its colour and its words say so.
-        const [tone, state] =
-          c.queued === 0
-            ? ["neutral", ""]
-            : c.headroom <= 0
-              ? ["bad", ", queueing: no headroom"]
-              : ["warn", ", queueing"];
-        return el(
-          "tr",
-          { testid: `class-row-${c.class}`, "data-class": c.class },
-          el("th", { scope: "row" }, c.class),
-          num("td", id("inflight"), c.inflight),
-          num("td", id("queued"), c.queued),
-          num("td", id("queue-limit"), c.queue_limit),
-          num("td", id("reserved"), c.reserved),
-          num("td", id("headroom"), c.headroom),
-          el("td", {}, pressureBadge(c.pressure, id("pressure"))),
+    replaceRows("classes", classRows(s.classes, s.gateway.capacity, "class-", "class-row-"));
+  }
+
+  /** One block per model pool (with two or more: one pool's numbers are the fleet's, shown above). */
+  function renderPools(s) {
+    const list = $("pools");
+    const multi = s.pools.length > 1;
+    list.hidden = !multi;
+    if (!multi) {
+      list.replaceChildren();
+      return;
+    }
+    list.replaceChildren(
+      ...s.pools.map((p) => {
+        const id = (f) => `pool-${p.name}-${f}`;
+        const healthyTone = p.healthy_workers === 0 ? "bad" : p.healthy_workers < p.workers ? "warn" : "ok";
+        const title = el(
+          "h3",
+          { testid: id("name") },
+          p.name === "*" ? "* (every model)" : p.name,
+          p.models.length > 1 ? el("small", {}, ` serves ${p.models.join(", ")}`) : null,
+        );
+        const stats = el(
+          "dl",
+          { class: "stats pool-stats" },
+          ...stat(id("capacity"), "Capacity", p.capacity),
+          ...stat(id("inflight"), "In flight", p.inflight),
+          ...stat(id("queued"), "Queued", p.queued),
+          ...stat(id("utilization"), "Utilization", p.utilization, pct),
+          el("dt", {}, "Workers"),
           el(
-            "td",
-            { class: "bar-col" },
-            bar(
-              cap > 0 ? c.inflight / cap : 0,
-              `${c.inflight} / ${cap}, reserved ${c.reserved}${state}`,
-              tone,
+            "dd",
+            {},
+            num("span", id("healthy-workers"), p.healthy_workers),
+            " of ",
+            num("span", id("workers"), p.workers),
+            " ",
+            badge(
+              healthyTone,
+              healthyTone === "ok" ? "healthy" : healthyTone === "warn" ? "some down" : "none healthy",
+              id("workers-state"),
             ),
           ),
         );
+        const parts = [title, stats];
+        if (p.classes === null)
+          parts.push(el("p", { class: "note" }, "Fleet-wide legacy admission: no classes per pool."));
+        else
+          parts.push(
+            el(
+              "table",
+              { class: "numbers classes", testid: id("classes") },
+              classTableHead(),
+              el(
+                "tbody",
+                {},
+                ...classRows(p.classes, p.capacity, `pool-${p.name}-class-`, `pool-${p.name}-class-row-`),
+              ),
+            ),
+          );
+        return el("div", { class: "pool", testid: `pool-${p.name}`, "data-pool": p.name }, ...parts);
       }),
     );
   }
@@ -304,7 +406,7 @@
   }
 
   function budgetCell(t) {
-    if (t.budgets.length === 0) return el("td", { class: "muted-text" }, "none");
+    if (t.budgets.length === 0) return el("td", { class: "text muted-text" }, "none");
     const parts = t.budgets.map((b) => {
       const f = b.limit > 0 ? b.used / b.limit : 1;
       const [tone, word] = f >= 1 ? ["bad", "used up"] : f >= 0.8 ? ["warn", "near limit"] : ["ok", "within"];
@@ -323,7 +425,7 @@
         badge(tone, `${(f * 100).toFixed(0)}% ${word}`, `${id}-state`),
       );
     });
-    return el("td", { class: "budgets" }, ...parts);
+    return el("td", { class: "text budgets" }, ...parts);
   }
 
   function renderTenants(s) {
@@ -374,47 +476,66 @@
     );
   }
 
+  /** Groups shown at most (the last seen); the rest are counted in the heading. */
+  const REJECTION_GROUPS_SHOWN = 20;
+
   function renderRejections(s) {
     const r = s.rejections;
-    $("rejections-count").textContent = `(${r.total} since start; the last ${r.kept} kept)`;
-    if (r.rows.length === 0) {
-      emptyRow("rejections", 6, "no rejections");
+    const shown = r.groups.slice(0, REJECTION_GROUPS_SHOWN);
+    const more = r.groups.length - shown.length;
+    $("rejections-count").textContent =
+      `(${r.total} since start, by code, tenant and pool${more > 0 ? `; the ${shown.length} last seen of ${r.groups.length} groups` : ""})`;
+    if (shown.length === 0) {
+      emptyRow("rejections", 8, "no rejections");
       return;
     }
     replaceRows(
       "rejections",
-      r.rows.map((x) =>
+      shown.map((g) =>
         el(
           "tr",
-          { testid: "rejection-row", "data-request-id": x.request_id },
-          el("td", { testid: "rejection-time", "data-value": String(x.ts_ms) }, clock(x.ts_ms)),
-          el("td", { testid: "rejection-request-id" }, el("code", {}, x.request_id)),
-          el("td", { testid: "rejection-tenant" }, x.tenant),
-          el("td", { testid: "rejection-class" }, x.class ?? "—"),
-          el("td", {}, statusBadge(x.status, "rejection-status")),
-          el("td", { testid: "rejection-code" }, el("code", {}, x.code)),
+          {
+            testid: "rejection-group",
+            "data-code": g.code,
+            "data-tenant": g.tenant,
+            "data-pool": g.pool ?? "",
+          },
+          el("td", { class: "text" }, timeEl(g.last_ms, clock, "rejection-last-seen")),
+          el("td", { class: "text", testid: "rejection-code" }, el("code", {}, g.code)),
+          el("td", { class: "text" }, statusBadge(g.status, "rejection-status")),
+          num("td", "rejection-count", g.count, int, { class: "num" }),
+          el("td", { class: "text", testid: "rejection-pool" }, g.pool ?? "—"),
+          el("td", { class: "text", testid: "rejection-tenant" }, g.tenant),
+          el("td", { class: "text", testid: "rejection-class" }, g.last_class ?? "—"),
+          el("td", { class: "text", testid: "rejection-request-id" }, el("code", {}, g.last_request_id)),
         ),
       ),
     );
   }
 
-  function renderLedger(s) {
-    const section = $("ledger-section");
-    const h = s.ledger_hour;
-    section.hidden = h === null;
-    if (h === null) return;
+  function renderLastHour(s) {
+    const h = s.last_hour;
     const note = $("ledger-note");
-    if (h.read_at_ms === null)
-      note.textContent = h.error
-        ? `Cannot read the rollups: ${h.error}`
-        : s.ledger?.up === false
-          ? "The ledger is not open: nothing to read yet (see its state above)."
-          : "Reading the rollups…";
-    else
-      note.textContent =
-        `${h.minutes.length} minute${h.minutes.length === 1 ? "" : "s"} with traffic since ${clock(h.since_ms)}, read at ${clock(h.read_at_ms)}` +
-        " (a minute appears 5 to 15 s after it ends)" +
-        (h.error ? `; the last read failed: ${h.error}` : "");
+    const minutes = h.minutes.length;
+    const parts = [
+      `${minutes} minute${minutes === 1 ? "" : "s"} with traffic since `,
+      timeEl(h.since_ms, hhmm, "last-hour-since"),
+    ];
+    if (!h.from_ledger) parts.push(" (this gateway's own requests: no ledger)");
+    else {
+      if (h.read_at_ms !== null)
+        parts.push("; the ledger's rollups read at ", timeEl(h.read_at_ms, clock, "last-hour-read-at"));
+      else if (s.ledger?.up === false) parts.push("; the ledger is not open (see its state above)");
+      else parts.push("; reading the ledger's rollups…");
+      if (h.live_from_ms !== null)
+        parts.push(
+          "; from ",
+          timeEl(h.live_from_ms, hhmm, "last-hour-live-from"),
+          " on, this gateway's own count until they are rolled up (5 to 15 s after a minute ends)",
+        );
+      if (h.error) parts.push(`; the last read failed: ${h.error}`);
+    }
+    note.replaceChildren(...parts);
     note.dataset.readAt = h.read_at_ms === null ? "" : String(h.read_at_ms);
     $("ledger-totals").replaceChildren(
       ...stat("ledger-hour-requests", "Requests", h.totals.requests),
@@ -433,16 +554,16 @@
           return el(
             "tr",
             { testid: `ledger-tenant-row-${t.tenant}`, "data-tenant": t.tenant },
-            el("th", { scope: "row" }, t.tenant),
-            num("td", id("requests"), t.requests),
-            num("td", id("rejected"), t.rejected),
-            num("td", id("input-tokens"), t.input_tokens),
-            num("td", id("output-tokens"), t.output_tokens),
-            num("td", id("cost"), t.cost_usd, usd),
+            el("th", { scope: "row", class: "text" }, t.tenant),
+            num("td", id("requests"), t.requests, int, { class: "num" }),
+            num("td", id("rejected"), t.rejected, int, { class: "num" }),
+            num("td", id("input-tokens"), t.input_tokens, int, { class: "num" }),
+            num("td", id("output-tokens"), t.output_tokens, int, { class: "num" }),
+            num("td", id("cost"), t.cost_usd, usd, { class: "num" }),
           );
         }),
       );
-    if (h.read_at_ms !== null) drawLedgerChart(h);
+    drawLedgerChart(h);
   }
 
   // --- charts (uPlot; the page works without them) --------------------------------------------
@@ -454,24 +575,55 @@
     return Math.max(300, container.clientWidth - 8);
   }
 
-  /** A line chart whose x axis always spans `span()` ([from, to] in seconds), however few points. */
-  function lineChart(container, keys, labelOf, colourOf, yLabel, data, span) {
+  const Y_LABEL_SIZE = 20;
+  const measure = document.createElement("canvas").getContext("2d");
+
+  /** The y axis' width: its widest number, the ticks, the gap and the rotated title beside them. */
+  function yAxisWidth(u, values, axisIdx) {
+    const axis = u.axes[axisIdx];
+    const ratio = window.devicePixelRatio || 1;
+    measure.font = axis.font[0];
+    let widest = 0;
+    for (const v of values ?? [])
+      if (v !== null) widest = Math.max(widest, measure.measureText(v).width / ratio);
+    return Math.ceil(widest + axis.ticks.size / ratio + axis.gap + Y_LABEL_SIZE + 4);
+  }
+
+  /**
+   * A line chart whose x axis always spans `span()` ([from, to] in seconds), however few points.
+   * Time labels are 24-hour (`timeFormat`), spaced so the widest one never meets the next; the y
+   * axis is wide enough for its numbers and its label beside them.
+   */
+  function lineChart(container, keys, labelOf, colourOf, yLabel, data, span, timeFormat) {
     const opts = {
       width: chartWidth(container),
       height: 200,
-      scales: { x: { time: true, range: () => span() } },
-      axes: [{}, { label: yLabel }],
+      // Counts and rates start at 0, so a lone point is not the bottom of the axis.
+      scales: {
+        x: { time: true, range: () => span() },
+        y: { range: (_u, _min, max) => [0, max > 0 ? max * 1.1 : 1] },
+      },
+      axes: [
+        {
+          space: timeFormat === clock ? 90 : 60,
+          values: (_u, splits) => splits.map((v) => (v === null ? null : timeFormat(v * 1000))),
+        },
+        { label: yLabel, labelSize: Y_LABEL_SIZE, space: 30, size: yAxisWidth },
+      ],
       series: [
-        {},
+        { label: "time", value: (_u, v) => (v === null || v === undefined ? "—" : timeFormat(v * 1000)) },
         ...keys.map((k, i) => ({
           label: labelOf(k),
           stroke: colourOf(k, i),
           width: 2,
-          points: { size: 4 },
+          points: { size: 5 },
         })),
       ],
     };
-    return new uPlot(opts, data, container);
+    const chart = new uPlot(opts, data, container);
+    // The chart's own canvas holds its labels: tests read them here.
+    container.uplot = chart;
+    return chart;
   }
 
   function drawOutcomesChart() {
@@ -503,6 +655,7 @@
           const last = points.length > 0 ? points[points.length - 1].ts_ms / 1000 : Date.now() / 1000;
           return [last - CHART_SPAN_MS / 1000, last];
         },
+        clock,
       );
     } else outcomesChart.setData(data);
   }
@@ -511,11 +664,16 @@
     if (typeof uPlot === "undefined") return;
     const container = $("ledger-chart");
     const keys = [...new Set(h.minutes.flatMap((m) => Object.keys(m.by_outcome)))].sort();
-    // Every minute of the hour, 0 where the rollups have no row (a quiet minute).
+    // Every minute from the first with traffic to the current one, 0 where nothing came (a quiet minute).
     const byMinute = new Map(h.minutes.map((m) => [m.minute_ms, m]));
     const minutes = [];
-    for (let t = h.since_ms; t <= h.read_at_ms; t += 60_000) minutes.push(t);
-    ledgerSpan = [h.since_ms / 1000, Math.max(h.since_ms + 3_540_000, h.read_at_ms) / 1000];
+    for (let t = h.since_ms; t <= h.current_minute_ms; t += 60_000) minutes.push(t);
+    // From the first minute on (half a minute before it, so its point is not on the axis), at least
+    // ten minutes wide so a young gateway's points stand apart.
+    ledgerSpan = [
+      (h.since_ms - 30_000) / 1000,
+      Math.max(h.since_ms + 600_000, h.current_minute_ms + 60_000) / 1000,
+    ];
     const data = [
       minutes.map((t) => t / 1000),
       ...keys.map((k) => minutes.map((t) => byMinute.get(t)?.by_outcome[k] ?? 0)),
@@ -533,8 +691,10 @@
         "requests / min",
         data,
         () => ledgerSpan,
+        hhmm,
       );
     } else ledgerChart.setData(data);
+    container.dataset.points = String(h.minutes.length);
   }
 
   window.addEventListener("resize", () => {
@@ -560,11 +720,12 @@
   function render(s) {
     renderGateway(s);
     renderClasses(s);
+    renderPools(s);
     renderOutcomes(s);
     renderWaits(s);
     renderTenants(s);
     renderRejections(s);
-    renderLedger(s);
+    renderLastHour(s);
     const updated = $("last-update");
     updated.textContent = clock(s.ts_ms);
     updated.dateTime = new Date(s.ts_ms).toISOString();

@@ -38,6 +38,11 @@ export const SUBCOMMANDS: readonly Subcommand[] = [
     summary: 'SQL against the usage ledger: sluice ledger query "<SQL>"',
     run: async (argv) => (await import("./ledger.js")).runLedgerCli(argv),
   },
+  {
+    name: "check-config",
+    summary: "validate the config files offline; print the per-class table",
+    run: async (argv) => (await import("./check-config.js")).runCheckConfigCli(argv),
+  },
 ];
 
 export function findSubcommand(name: string): Subcommand | undefined {

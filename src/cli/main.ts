@@ -66,6 +66,9 @@ export async function main(argv: string[]): Promise<number> {
     }
     return 0;
   } catch (err) {
+    // check-config printed its problems; its exit code says there were some.
+    if (err instanceof Error && err.name === "CheckFailed")
+      return (err as Error & { exitCode: number }).exitCode;
     if (err instanceof CommanderError) {
       if (err.exitCode === 0) return 0; // --help, --version
       process.stderr.write(`sluice: ${err.message.replace(/^error: /, "")}\n`);

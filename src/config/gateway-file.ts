@@ -2,7 +2,8 @@
  * The gateway's `--config` file: a YAML mapping holding any option by its key (the option table,
  * src/config/gateway-option-table.ts) and the blocks that have no flag (`workers`, `api_keys`,
  * `pricing`, `pools`, `load_shedding`, `keyed_shedding`, `adaptive_tuning`,
- * `trusted_tenant_header`). Errors name the file and the key.
+ * `trusted_tenant_header`, `inference_objectives`, `inference_objective_classes`). Errors name the
+ * file and the key.
  */
 import { readFileSync } from "node:fs";
 import type { ClassOverrides, Pricing } from "@sluice/scheduler/core/config.js";
@@ -30,6 +31,8 @@ const BLOCK_KEYS = new Set([
   "workers",
   "api_keys",
   "trusted_tenant_header",
+  "inference_objectives",
+  "inference_objective_classes",
   "pricing",
   "load_shedding",
   "keyed_shedding",

@@ -527,6 +527,10 @@ export const GATEWAY_OPTIONS = {
     help: "shared state: a dead replica's slots come back within this time (renewed while requests run)",
     doc: "a slot is a lease renewed while its request runs; a replica killed with SIGKILL has its slots back within this time",
   }),
+  inference_gateway_headers: toggle({
+    help: "trust a Gateway API inference gateway in front: x-gateway-inference-fairness-id names the tenant, x-gateway-inference-objective the class (docs/kubernetes.md)",
+    doc: "trust `x-gateway-inference-fairness-id` (tenant `fairness:<id>`) and `x-gateway-inference-objective` (class by `inference_objective_classes`); off: both are removed (docs/kubernetes.md)",
+  }),
   rate_limit_headers: toggleOn({
     help: "send x-ratelimit-* and x-sluice-budget-* headers to identified tenants (--no-rate-limit-headers: off; Retry-After stays)",
     doc: "`x-ratelimit-{limit,remaining,reset}-{requests,tokens}` and `x-sluice-budget-remaining-{tokens,usd}` on every answer to a tenant with such limits (docs/rate-limit-headers.md); `--no-rate-limit-headers` turns them off, Retry-After stays",

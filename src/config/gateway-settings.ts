@@ -11,6 +11,7 @@ import type { AdaptiveTuning } from "../capacity/adaptive-limit.js";
 import type { LedgerOptions } from "../ledger/writer.js";
 import type { BreakerOptions, PolicyName, RoutingOptions } from "../routing/options.js";
 import type { LoadSheddingOptions } from "../shedding/load-shedding.js";
+import type { InferenceGatewaySettings } from "./inference-objectives.js";
 
 /** Worker choice inside a pool (docs/routing.md). */
 export type WorkerPolicy = PolicyName;
@@ -96,6 +97,8 @@ export interface GatewayStartSettings {
   legacy: Omit<LegacyLimiterOptions, "clock">;
   apiKeys: ApiKeySpec[];
   trustedTenantHeader: string | null;
+  /** `--inference-gateway-headers`: what the inference gateway's headers mean (undefined: off). */
+  inferenceGateway: InferenceGatewaySettings | undefined;
   requireAuth: boolean;
   maxPayloadSize: number;
   requestTimeoutSecs: number;

@@ -23,6 +23,7 @@ import type {
   GatewayStartSettings,
   WorkerSpec,
 } from "./gateway-settings.js";
+import { fileInferenceGateway } from "./inference-objectives.js";
 import { type Environment, envValue, resolveOptionValues } from "./option-layers.js";
 import { urlArg } from "./option-parsers.js";
 
@@ -33,17 +34,25 @@ interface SettingsInput {
   /** What the command line gave, already parsed, by option key. */
   commandLine: Partial<OptionValues>;
   env: Environment;
+  /** false: no worker is not an error (`sluice check-config`, where the workers come at run time). */
+  requireWorkers?: boolean;
 }
 
 /** Everything the command line, the environment and the `--config` file say, validated. */
-export function resolveGatewaySettings({ commandLine, env }: SettingsInput): GatewaySettings {
+export function resolveGatewaySettings({
+  commandLine,
+  env,
+  requireWorkers = true,
+}: SettingsInput): GatewaySettings {
   const configPath = commandLine.config ?? envValue(env, envOf("config"));
   const file: GatewayFile = configPath === undefined ? {} : loadGatewayFile(configPath);
   const values = resolveOptionValues({ commandLine, env, file, filePath: configPath });
 
-  const workers = mergeWorkers(values.worker_urls ?? [], file, configPath);
+  const workers = mergeWorkers(values.worker_urls ?? [], file, configPath, requireWorkers);
   const { apiKeys, pricing } = reloadableParts(file, configPath);
   const trustedTenantHeader = fileTrustedTenantHeader(file, configPath);
+  // The tables are checked whatever the switch says, so a bad table fails before it is turned on.
+  const inferenceTables = fileInferenceGateway(file, configPath);
 
   return {
     workerUrls: workers.map((w) => w.url),
@@ -66,6 +75,7 @@ export function resolveGatewaySettings({ commandLine, env }: SettingsInput): Gat
     workers,
     apiKeys,
     trustedTenantHeader,
+    inferenceGateway: values.inference_gateway_headers ? inferenceTables : undefined,
     requireAuth: values.require_auth,
     maxPayloadSize: values.max_payload_size,
     requestTimeoutSecs: values.request_timeout_secs,
@@ -145,7 +155,12 @@ export function startSettings(settings: GatewaySettings): GatewayStartSettings {
 }
 
 /** `--worker-urls` merged with the file's `workers` (a worker in both takes the file's details). */
-function mergeWorkers(urls: string[], file: GatewayFile, configPath: string | undefined): WorkerSpec[] {
+function mergeWorkers(
+  urls: string[],
+  file: GatewayFile,
+  configPath: string | undefined,
+  required: boolean,
+): WorkerSpec[] {
   let workers: WorkerSpec[] = urls.map((url) => ({ url }));
   const byUrl = new Map(workers.map((w) => [w.url, w]));
   fileWorkers(file, configPath).forEach((w, i) => {
@@ -169,7 +184,8 @@ function mergeWorkers(urls: string[], file: GatewayFile, configPath: string | un
     }
   });
   workers = workers.filter((w, i) => workers.findIndex((x) => x.url === w.url) === i);
-  if (workers.length === 0) throw new ConfigError("--worker-urls", "at least one worker URL is required");
+  if (workers.length === 0 && required)
+    throw new ConfigError("--worker-urls", "at least one worker URL is required");
   return workers;
 }
 

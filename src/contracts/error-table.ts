@@ -121,6 +121,8 @@ export const ERROR_TABLE = {
   invalid_config: row(400, false, "none", "the configuration is invalid"),
   invalid_capacity: row(400, false, "none", "max_in_flight must be an integer >= 0"),
   not_found: row(404, false, "none", "no such route"),
+  // A trusted inference gateway's headers (docs/kubernetes.md).
+  invalid_inference_header: row(400, false, "none", "an inference gateway header has an invalid value"),
 } as const satisfies Record<string, ErrorRow>;
 
 export type ErrorCode = keyof typeof ERROR_TABLE;

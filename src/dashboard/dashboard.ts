@@ -2,7 +2,8 @@
  * The live dashboard's server side (docs/dashboard.md). About once a second it samples the counters
  * the dashboard turns into rates (samples.ts), keeps the last five minutes of outcome rates for the
  * page's chart, and, while someone watches, builds a snapshot (snapshot.ts) and sends it to every
- * open event stream. It is also an outcome sink: the latest rejections come from the outcome records.
+ * open event stream. It is also an outcome sink: the rejections and the last hour come from the
+ * outcome records.
  *
  *   GET /api/v1/dashboard/snapshot   the snapshot, once (built on the call, from live sources)
  *   GET /api/v1/dashboard/events     text/event-stream: `history` (the chart's last five minutes)
@@ -14,10 +15,11 @@
 import type { IncomingMessage, ServerResponse } from "node:http";
 import type { Logger } from "pino";
 import type { Registry } from "prom-client";
-import type { OutcomeSink } from "../contracts/outcome.js";
+import type { OutcomeRecord, OutcomeSink } from "../contracts/outcome.js";
 import type { DashboardFactory, GatewayDashboard } from "../gateway/admin/dashboard-port.js";
 import { isDashboardPath, serveDashboardAsset } from "./assets.js";
 import { EVENT_STREAM_HEADERS, EventClient } from "./event-stream.js";
+import { LiveMinutes } from "./live-minutes.js";
 import { RejectionLog } from "./rejections.js";
 import { type CounterSample, readCounters, SampleRing } from "./samples.js";
 import {
@@ -48,9 +50,10 @@ export const createDashboard: DashboardFactory<Dashboard> = (parts) =>
   new Dashboard(parts.registry, parts, { logger: parts.logger });
 
 export class Dashboard implements GatewayDashboard {
-  /** Pass to the gateway's outcome sinks: feeds the latest rejections and the per-code counts. */
+  /** Pass to the gateway's outcome sinks: feeds the rejections, the per-code counts and the last hour. */
   readonly outcomes: OutcomeSink;
   private readonly rejections: RejectionLog;
+  private readonly live = new LiveMinutes();
   private readonly ring: SampleRing;
   private readonly points: ChartPoint[] = [];
   private readonly clients = new Set<EventClient>();
@@ -71,8 +74,13 @@ export class Dashboard implements GatewayDashboard {
     this.intervalMs = options.intervalMs ?? 1000;
     this.keepAliveMs = options.keepAliveMs ?? 15_000;
     this.historyPoints = options.historyPoints ?? 300;
-    this.rejections = new RejectionLog(options.rejectionsKept);
-    this.outcomes = this.rejections;
+    this.rejections = new RejectionLog(options.rejectionsKept, (model) => this.poolOf(model));
+    this.outcomes = {
+      record: (outcome: OutcomeRecord) => {
+        this.rejections.record(outcome);
+        this.live.record(outcome);
+      },
+    };
     // Enough samples to reach back over the longest window, at one per interval.
     const longest = Math.max(OUTCOME_WINDOW_MS, WAIT_WINDOW_MS, TENANT_WINDOW_MS);
     this.ring = new SampleRing(Math.ceil(longest / this.intervalMs) + 2);
@@ -133,6 +141,16 @@ export class Dashboard implements GatewayDashboard {
     this.clients.clear();
   }
 
+  /** The pool named by `model` or serving it now, else the catch-all pool, else null. */
+  private poolOf(model: string | undefined): string | null {
+    const pools = this.sources.pools();
+    if (model !== undefined) {
+      const p = pools.find((x) => x.name === model || x.models.includes(model));
+      if (p !== undefined) return p.name;
+    }
+    return pools.find((x) => x.name === "*")?.name ?? null;
+  }
+
   private sample(): Promise<CounterSample> {
     const codes = new Map<string, number>();
     for (const [code, c] of this.rejections.codeTotals()) codes.set(code, c.total);
@@ -142,12 +160,20 @@ export class Dashboard implements GatewayDashboard {
   private build(sample: CounterSample, previous: CounterSample | undefined): DashboardSnapshot {
     const codeStatus = new Map<string, number>();
     for (const [code, c] of this.rejections.codeTotals()) codeStatus.set(code, c.status);
-    return buildSnapshot(this.sources, sample, this.ring, previous, {
-      kept: this.rejections.kept,
-      total: this.rejections.total,
-      rows: this.rejections.latest(),
-      codeStatus,
-    });
+    return buildSnapshot(
+      this.sources,
+      sample,
+      this.ring,
+      previous,
+      {
+        kept: this.rejections.kept,
+        total: this.rejections.total,
+        groups: this.rejections.groups(),
+        rows: this.rejections.latest(),
+        codeStatus,
+      },
+      this.live,
+    );
   }
 
   private async tick(): Promise<void> {

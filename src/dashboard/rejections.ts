@@ -1,23 +1,47 @@
 /**
- * The dashboard's view of outcome records: the latest requests the gateway refused or cut (every
- * record with an error code: 401, 403, 429, 408, 503, 499, 502, ...), in a fixed ring, and a running
- * count per error code. One more outcome sink beside the ledger and the embedder's own: O(1), never
- * waits, never throws.
+ * The dashboard's view of outcome records: the requests the gateway refused or cut (every record
+ * with an error code: 401, 403, 429, 408, 503, 499, 502, ...). Three views of them, all bounded:
+ *
+ * - the latest ones, one by one, in a fixed ring (for automation: request ids);
+ * - groups by (error code, tenant, model pool) with a count since start and when one was last seen
+ *   (what the page shows: fifty identical refusals are one row with a count of fifty);
+ * - a running count per error code.
+ *
+ * One more outcome sink beside the ledger and the embedder's own: never waits, never throws.
  */
 import type { PriorityClass } from "@sluice/scheduler/core/class.js";
 import type { OutcomeRecord, OutcomeSink } from "../contracts/outcome.js";
 
 const DEFAULT_REJECTIONS_KEPT = 50;
+/** Groups kept; past it the one seen longest ago goes (its count is still in the code totals). */
+const DEFAULT_GROUPS_KEPT = 200;
 
 export interface Rejection {
   /** Arrival, epoch ms. */
   ts_ms: number;
   request_id: string;
   tenant: string;
+  /** The model pool the request was for; null when its model matched no pool. */
+  pool: string | null;
   /** The effective class, else the requested one; null when the request never got that far. */
   class: PriorityClass | null;
   status: number;
   code: string;
+}
+
+/** Rejections of one error code, tenant and pool. */
+export interface RejectionGroup {
+  code: string;
+  tenant: string;
+  pool: string | null;
+  /** The status of the last one. */
+  status: number;
+  count: number;
+  first_ms: number;
+  last_ms: number;
+  /** The last one's request id and class. */
+  last_request_id: string;
+  last_class: PriorityClass | null;
 }
 
 interface CodeCount {
@@ -26,24 +50,39 @@ interface CodeCount {
   total: number;
 }
 
+/** The model pool a request's model belongs to (null when none). */
+export type PoolOfModel = (model: string | undefined) => string | null;
+
+const groupKey = (code: string, tenant: string, pool: string | null) => JSON.stringify([code, tenant, pool]);
+
 export class RejectionLog implements OutcomeSink {
   private readonly ring: Array<Rejection | undefined>;
   private next = 0;
   private count = 0;
   private readonly codes = new Map<string, CodeCount>();
+  /** In the order last seen, oldest first (a Map keeps insertion order: re-inserted on each hit). */
+  private readonly groupMap = new Map<string, RejectionGroup>();
 
-  constructor(readonly kept = DEFAULT_REJECTIONS_KEPT) {
+  constructor(
+    readonly kept = DEFAULT_REJECTIONS_KEPT,
+    private readonly poolOf: PoolOfModel = () => null,
+    readonly groupsKept = DEFAULT_GROUPS_KEPT,
+  ) {
     this.ring = new Array<Rejection | undefined>(kept);
   }
 
   record(outcome: OutcomeRecord): void {
     const code = outcome.errorCode;
     if (code === undefined) return;
+    const ts = Math.round(outcome.tsMs);
+    const pool = this.poolOf(outcome.model);
+    const cls = outcome.effectiveClass ?? outcome.requestedClass ?? null;
     this.ring[this.next] = {
-      ts_ms: Math.round(outcome.tsMs),
+      ts_ms: ts,
       request_id: outcome.requestId,
       tenant: outcome.tenantId,
-      class: outcome.effectiveClass ?? outcome.requestedClass ?? null,
+      pool,
+      class: cls,
       status: outcome.status,
       code,
     };
@@ -55,6 +94,44 @@ export class RejectionLog implements OutcomeSink {
       c.status = outcome.status;
       c.total++;
     }
+    this.group(code, outcome, ts, pool, cls);
+  }
+
+  private group(
+    code: string,
+    outcome: OutcomeRecord,
+    ts: number,
+    pool: string | null,
+    cls: PriorityClass | null,
+  ): void {
+    const key = groupKey(code, outcome.tenantId, pool);
+    const g = this.groupMap.get(key);
+    if (g === undefined) {
+      this.groupMap.set(key, {
+        code,
+        tenant: outcome.tenantId,
+        pool,
+        status: outcome.status,
+        count: 1,
+        first_ms: ts,
+        last_ms: ts,
+        last_request_id: outcome.requestId,
+        last_class: cls,
+      });
+      if (this.groupMap.size > this.groupsKept) {
+        const oldest = this.groupMap.keys().next().value;
+        if (oldest !== undefined) this.groupMap.delete(oldest);
+      }
+      return;
+    }
+    g.count++;
+    g.status = outcome.status;
+    g.first_ms = Math.min(g.first_ms, ts);
+    g.last_ms = Math.max(g.last_ms, ts);
+    g.last_request_id = outcome.requestId;
+    g.last_class = cls;
+    this.groupMap.delete(key);
+    this.groupMap.set(key, g);
   }
 
   /** Rejections recorded since start. */
@@ -71,6 +148,13 @@ export class RejectionLog implements OutcomeSink {
       out.push({ ...r });
     }
     return out;
+  }
+
+  /** The groups, last seen first (copies). */
+  groups(): RejectionGroup[] {
+    return [...this.groupMap.values()]
+      .map((g) => ({ ...g }))
+      .sort((a, b) => b.last_ms - a.last_ms || b.count - a.count);
   }
 
   /** Totals per error code since start (a copy). */

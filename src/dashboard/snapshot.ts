@@ -5,8 +5,10 @@
  *
  *   gateway     admission and capacity mode, capacity (discovered, pinned, adaptive limit),
  *               shedding, workers, totals                      (sluice_capacity, sluice_workers_healthy, ...)
- *   classes     per class in flight, queued, queue limit, reservation, headroom, pressure
- *                                                              (smg_scheduler_inflight, _queue_depth, ...)
+ *   classes     fleet totals per class: in flight, queued, queue limit, reservation, headroom,
+ *               pressure, busy share                           (smg_scheduler_inflight, _queue_depth, ...)
+ *   pools       per model pool: capacity, workers, in flight, queued, and its own per-class rows
+ *                                                              (sluice_pool_*{model})
  *   outcomes    responses per second by status over the last OUTCOME_WINDOW_MS, with totals
  *                                                              (sluice_http_requests_total{status})
  *               and by error code (the outcome records)
@@ -14,18 +16,22 @@
  *                                                              (smg_scheduler_queue_wait_seconds)
  *   tenants     token share over TENANT_WINDOW_MS against weight share, tokens, budgets
  *                                                              (sluice_tenant_tokens_total, sluice_budget_remaining)
- *   rejections  the latest refused or cut requests with code and request id
- *   ledger, ledger_hour   the ledger's state, and the last hour from its per-minute rollups
+ *   rejections  refused or cut requests grouped by code, tenant and pool, and the latest ones
+ *   ledger, last_hour   the ledger's state, and the last hour (last-hour.ts)
  */
 
 import type { BudgetRemaining } from "@sluice/scheduler/core/budgets.js";
 import { CLASSES_HIGH_TO_LOW, classOfRank, type PriorityClass } from "@sluice/scheduler/core/class.js";
 import type { TenantPolicy } from "@sluice/scheduler/core/config.js";
+import type { ClassSnapshot } from "@sluice/scheduler/core/events.js";
 import type { AdmissionSnapshot } from "../contracts/admission-backend.js";
+import type { PoolView } from "../contracts/pool-view.js";
 import type { TenantCounts } from "../gateway/tenancy/tenant-activity.js";
 import type { LedgerStatus, RecentUsageRead } from "../ledger/writer.js";
 import { QUEUE_WAIT_BUCKETS } from "../metrics/registry.js";
-import type { Rejection } from "./rejections.js";
+import { type LastHour, lastHour } from "./last-hour.js";
+import type { LiveMinutes } from "./live-minutes.js";
+import type { Rejection, RejectionGroup } from "./rejections.js";
 import {
   type CounterSample,
   histogramQuantile,
@@ -65,6 +71,8 @@ export interface DashboardSources {
   /** The tenant policies in force (weights, budget limits). */
   policies(): ReadonlyMap<string, TenantPolicy>;
   ledger: { status(): LedgerStatus; recentUsage(): RecentUsageRead } | undefined;
+  /** The model pools, in the order they formed (the demo's table and /metrics' `model` label name them). */
+  pools(): readonly PoolView[];
 }
 
 interface SheddingView {
@@ -83,7 +91,24 @@ export interface ClassRow {
   queue_limit: number;
   reserved: number;
   headroom: number;
+  /** The scheduler's capacity pressure (smg_scheduler_class_capacity_pressure): the worst of queue and slot pressure. */
   pressure: number;
+  /** This class's own in flight / the capacity (0 in flight = 0). */
+  busy: number;
+}
+
+export interface PoolRow {
+  /** The pool's name: its first model, `*` for the catch-all pool (the `model` label of sluice_pool_*). */
+  name: string;
+  models: string[];
+  capacity: number;
+  workers: number;
+  healthy_workers: number;
+  inflight: number;
+  queued: number;
+  utilization: number;
+  /** Null when admission is fleet-wide (legacy): no per-pool classes. */
+  classes: ClassRow[] | null;
 }
 
 interface Percentiles {
@@ -122,37 +147,6 @@ export interface ChartPoint {
   by_status: Record<string, number>;
 }
 
-interface LedgerHour {
-  since_ms: number | null;
-  read_at_ms: number | null;
-  error: string | null;
-  totals: {
-    requests: number;
-    rejected: number;
-    input_tokens: number;
-    output_tokens: number;
-    cost_usd: number;
-  };
-  minutes: Array<{
-    minute_ms: number;
-    requests: number;
-    by_outcome: Record<string, number>;
-    input_tokens: number;
-    output_tokens: number;
-    cost_usd: number;
-    queue_wait_ms_avg: number;
-    queue_wait_ms_max: number;
-  }>;
-  tenants: Array<{
-    tenant: string;
-    requests: number;
-    rejected: number;
-    input_tokens: number;
-    output_tokens: number;
-    cost_usd: number;
-  }>;
-}
-
 export interface DashboardSnapshot {
   ts_ms: number;
   gateway: {
@@ -171,8 +165,9 @@ export interface DashboardSnapshot {
     queued: number;
     utilization: number;
   };
-  /** Null in legacy admission (no classes). */
+  /** Fleet totals per class; null in legacy admission (no classes). */
   classes: ClassRow[] | null;
+  pools: PoolRow[];
   outcomes: {
     window_secs: number | null;
     rate_total: number | null;
@@ -185,9 +180,9 @@ export interface DashboardSnapshot {
     rows: Array<{ class: PriorityClass | "all"; window: Percentiles; total: Percentiles }>;
   };
   tenants: { window_secs: number | null; rows: TenantRow[] };
-  rejections: { kept: number; total: number; rows: Rejection[] };
+  rejections: { kept: number; total: number; groups: RejectionGroup[]; rows: Rejection[] };
   ledger: LedgerStatus | null;
-  ledger_hour: LedgerHour | null;
+  last_hour: LastHour;
 }
 
 const round = (n: number, digits = 3) => {
@@ -292,40 +287,43 @@ function tenantRows(sources: DashboardSources, now: CounterSample, ring: SampleR
   return { window_secs: secs, rows: rows.slice(0, TENANT_ROWS) };
 }
 
-function ledgerHour(read: RecentUsageRead): LedgerHour {
-  const usage = read.usage;
-  const totals = { requests: 0, rejected: 0, input_tokens: 0, output_tokens: 0, cost_usd: 0 };
-  for (const m of usage?.minutes ?? []) {
-    totals.requests += m.requests;
-    totals.rejected += m.byOutcome.rejected ?? 0;
-    totals.input_tokens += m.inputTokens;
-    totals.output_tokens += m.outputTokens;
-    totals.cost_usd += m.costUsd;
-  }
-  totals.cost_usd = round(totals.cost_usd, 6);
+function classRows(
+  classes: Record<PriorityClass, ClassSnapshot> | null,
+  capacity: number,
+): ClassRow[] | null {
+  if (classes === null) return null;
+  return CLASSES_HIGH_TO_LOW.map((cls) => {
+    const c = classes[cls];
+    return {
+      class: cls,
+      inflight: c.inflight,
+      queued: c.queued,
+      queue_limit: c.queueLimit,
+      reserved: c.reserved,
+      headroom: c.headroom,
+      pressure: round(c.capacityPressure, 4),
+      busy: capacity > 0 ? round(c.inflight / capacity, 4) : 0,
+    };
+  });
+}
+
+/** One pool's row, counted as sluice_pool_* counts it. */
+export function poolRow(p: PoolView): PoolRow {
+  const capacity = p.capacity.capacity;
+  const snap = p.sharedAdmission ? undefined : p.admission.snapshot();
+  // With the fleet-wide legacy limiter the admission counts are the fleet's: count the pool's workers.
+  const inflight = snap?.inflight ?? p.workers.members.reduce((n, w) => n + w.inflight, 0);
+  const queued = snap?.queued ?? 0;
   return {
-    since_ms: usage?.sinceMs ?? null,
-    read_at_ms: read.readAtMs ?? null,
-    error: read.error ?? null,
-    totals,
-    minutes: (usage?.minutes ?? []).map((m) => ({
-      minute_ms: m.minuteMs,
-      requests: m.requests,
-      by_outcome: m.byOutcome,
-      input_tokens: m.inputTokens,
-      output_tokens: m.outputTokens,
-      cost_usd: round(m.costUsd, 6),
-      queue_wait_ms_avg: m.requests > 0 ? round(m.queueWaitMsSum / m.requests) : 0,
-      queue_wait_ms_max: round(m.queueWaitMsMax),
-    })),
-    tenants: (usage?.tenants ?? []).map((t) => ({
-      tenant: t.tenant,
-      requests: t.requests,
-      rejected: t.rejected,
-      input_tokens: t.inputTokens,
-      output_tokens: t.outputTokens,
-      cost_usd: round(t.costUsd, 6),
-    })),
+    name: p.name,
+    models: [...p.models],
+    capacity,
+    workers: p.workers.members.length,
+    healthy_workers: p.workers.healthy.length,
+    inflight,
+    queued,
+    utilization: capacity > 0 ? round(inflight / capacity, 4) : 0,
+    classes: classRows(snap?.classes ?? null, capacity),
   };
 }
 
@@ -347,7 +345,14 @@ export function buildSnapshot(
   now: CounterSample,
   ring: SampleRing,
   previous: CounterSample | undefined,
-  rejections: { kept: number; total: number; rows: Rejection[]; codeStatus: Map<string, number> },
+  rejections: {
+    kept: number;
+    total: number;
+    groups: RejectionGroup[];
+    rows: Rejection[];
+    codeStatus: Map<string, number>;
+  },
+  live: LiveMinutes,
 ): DashboardSnapshot {
   const admission = sources.admission.snapshot();
   const adaptive = sources.adaptive?.snapshot();
@@ -394,21 +399,8 @@ export function buildSnapshot(
       queued: admission.queued,
       utilization: round(admission.utilization, 4),
     },
-    classes:
-      admission.classes === null
-        ? null
-        : classes.map((cls) => {
-            const c = admission.classes![cls];
-            return {
-              class: cls,
-              inflight: c.inflight,
-              queued: c.queued,
-              queue_limit: c.queueLimit,
-              reserved: c.reserved,
-              headroom: c.headroom,
-              pressure: round(c.capacityPressure, 4),
-            };
-          }),
+    classes: classRows(admission.classes, sources.capacity.capacity),
+    pools: sources.pools().map(poolRow),
     outcomes: {
       window_secs: outcomeSecs,
       rate_total: rate(totalUp),
@@ -427,8 +419,13 @@ export function buildSnapshot(
     },
     queue_wait: { window_secs: secondsBetween(now, waitBase), rows: waitRows },
     tenants: tenantRows(sources, now, ring),
-    rejections: { kept: rejections.kept, total: rejections.total, rows: rejections.rows },
+    rejections: {
+      kept: rejections.kept,
+      total: rejections.total,
+      groups: rejections.groups,
+      rows: rejections.rows,
+    },
     ledger: sources.ledger?.status() ?? null,
-    ledger_hour: sources.ledger === undefined ? null : ledgerHour(sources.ledger.recentUsage()),
+    last_hour: lastHour(sources.ledger?.recentUsage(), live, now.tMs),
   };
 }

@@ -48,6 +48,7 @@ export function plugDashboard<D extends GatewayDashboard>(
     policies: () => policy.tenantPolicies,
     ledger: sources.ledger,
     logger: options.logger,
+    pools: () => fleet.pools.all,
   });
   stops.add("dashboard", () => dashboard.close());
   return dashboard;

@@ -5,6 +5,7 @@
 import type { BudgetBook } from "@sluice/scheduler/core/budgets.js";
 import type { SharedState } from "../admission/redis/index.js";
 import { type CapacityMetrics, registerCapacityMetrics } from "../metrics/capacity.js";
+import { type FlowControlMetrics, registerFlowControlMetrics } from "../metrics/flow-control.js";
 import type { SluiceMetrics } from "../metrics/index.js";
 import { registerPoolMetrics } from "../metrics/pools.js";
 import { type RetryCounter, registerRetryMetrics } from "../metrics/routing.js";
@@ -13,6 +14,8 @@ import type { Fleet } from "./start-pools.js";
 export interface LifecycleMetrics {
   readonly capacityMetrics: CapacityMetrics;
   readonly retries: RetryCounter;
+  /** The inference extension's flow-control series (docs/kubernetes.md). */
+  readonly flowControl: FlowControlMetrics;
 }
 
 export function bindFleetMetrics(
@@ -42,5 +45,7 @@ export function bindFleetMetrics(
     adjustments: () => fleet.mainPool()?.adaptive?.adjustments,
     shedding: () => fleet.mainPool()?.shedding?.status(),
   });
-  return { capacityMetrics, retries: registerRetryMetrics(metrics.registry) };
+  const retries = registerRetryMetrics(metrics.registry);
+  const flowControl = registerFlowControlMetrics(metrics.registry, metrics.tenants);
+  return { capacityMetrics, retries, flowControl };
 }

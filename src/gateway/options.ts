@@ -14,6 +14,7 @@ import type {
   WorkerPolicy,
   WorkerSpec,
 } from "../config/gateway-settings.js";
+import type { InferenceGatewaySettings } from "../config/inference-objectives.js";
 import type { RoutingPolicyFactory } from "../contracts/routing-policy.js";
 import type { LedgerOptions } from "../ledger/writer.js";
 import type { BreakerOptions, RoutingOptions } from "../routing/options.js";
@@ -62,6 +63,12 @@ export interface GatewayOptions {
   legacy: Omit<LegacyLimiterOptions, "clock">;
   apiKeys: ApiKeySpec[];
   trustedTenantHeader?: string | null | undefined;
+  /**
+   * A Gateway API inference gateway in front is trusted (`--inference-gateway-headers`): its
+   * fairness id names the tenant and its objective the class (docs/kubernetes.md). Undefined: off,
+   * and both headers are removed from requests.
+   */
+  inferenceGateway?: InferenceGatewaySettings | undefined;
   requireAuth: boolean;
   /** Largest request body accepted, in bytes (413 past it). */
   maxPayloadSize: number;

@@ -2,7 +2,6 @@
  * One model pool's parts: its own capacity (adaptive or discovered, pinnable), admission (its own
  * scheduler, or the fleet-wide legacy limiter) and shedding at its door.
  */
-import { CLASSES_HIGH_TO_LOW } from "@sluice/scheduler/core/class.js";
 import type { Clock } from "@sluice/scheduler/core/clock.js";
 import {
   BUILTIN_CLASS_DEFAULTS,
@@ -15,6 +14,7 @@ import { createInProcessBackend, type InProcessOptions } from "../admission/in-p
 import type { SharedState } from "../admission/redis/index.js";
 import { AdaptiveCapacity, heldBackOf } from "../capacity/adaptive.js";
 import { PinnableCapacity } from "../capacity/pinned.js";
+import { poolClasses } from "../config/pool-classes.js";
 import type { AdmissionBackend } from "../contracts/admission-backend.js";
 import type { SluiceMetrics } from "../metrics/index.js";
 import { LoadShedding, resolveShedding } from "../shedding/load-shedding.js";
@@ -72,7 +72,7 @@ export function poolFactory(parts: PoolFactoryParts): PoolFactory {
     let admission = fleetLegacy;
     const classes =
       admission === undefined
-        ? poolClasses(parts.policyFile!.classes, models, options.pools, poolLogger)
+        ? classesOfPool(parts.policyFile!.classes, models, options.pools, poolLogger)
         : undefined;
     if (admission === undefined) {
       // The startup check (reservations fit) runs on a real capacity: a pool that has no healthy
@@ -142,30 +142,19 @@ export function poolFactory(parts: PoolFactoryParts): PoolFactory {
   };
 }
 
-/**
- * A pool's classes: the priority YAML's, with the gateway YAML's `pools.<model>.classes` on top
- * (per class, per key). Keyed by any model of the pool; if several of its models have an entry,
- * the alphabetically first wins and the others are logged.
- */
-function poolClasses(
+/** A pool's classes (src/config/pool-classes.ts); a second model's entry is logged, not applied. */
+function classesOfPool(
   base: ClassSettingsTable,
   models: readonly string[],
   overrides: Record<string, ClassOverrides> | undefined,
   logger: Logger,
 ): ClassSettingsTable {
-  const keyed = models.filter((m) => overrides?.[m] !== undefined);
-  if (keyed.length === 0) return base;
-  if (keyed.length > 1) {
+  const { classes, entry, ignored } = poolClasses(base, models, overrides);
+  if (ignored.length > 0) {
     logger.warn(
-      { models: keyed, used: keyed[0] },
-      `several models of one pool have a pools entry; using pools.${keyed[0]}`,
+      { models: [entry, ...ignored], used: entry },
+      `several models of one pool have a pools entry; using pools.${entry}`,
     );
   }
-  const override = overrides![keyed[0]!]!;
-  const out = { ...base };
-  for (const cls of CLASSES_HIGH_TO_LOW) {
-    const block = override[cls];
-    if (block !== undefined && block !== null) out[cls] = { ...base[cls], ...block };
-  }
-  return out;
+  return classes;
 }

@@ -55,6 +55,7 @@ export function requestContexts(parts: RequestParts): { lifecycle: LifecycleCont
     defaultOutputTokens: options.defaultOutputTokens,
     capacityMetrics: parts.lifecycleMetrics.capacityMetrics,
     retries: parts.lifecycleMetrics.retries,
+    flowControl: parts.lifecycleMetrics.flowControl,
     logger,
     classFor: (priority, tenant) => policy.classFor(priority, tenant),
   };

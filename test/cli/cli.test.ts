@@ -12,7 +12,7 @@ import { buildCommand } from "../../src/cli/flags.js";
 import { mockWorkerCommand } from "../../src/mock-worker/cli.js";
 import { runCli } from "../helpers/cli-process.js";
 
-const SUBCOMMANDS = ["demo", "mock-worker", "simulate", "report", "ledger"];
+const SUBCOMMANDS = ["demo", "mock-worker", "simulate", "report", "ledger", "check-config"];
 /** A child's time limit: starting tsx takes seconds on a loaded machine. */
 const SLOW = 60_000;
 

@@ -82,6 +82,7 @@ const SAMPLES: Record<OptionKey, [string, unknown]> = {
   replica_id: ["replica-1", "replica-1"],
   state_fail_mode: ["closed", "closed"],
   lease_ttl_secs: ["20", 20],
+  inference_gateway_headers: ["1", true],
   rate_limit_headers: ["false", false],
   config: ["/etc/sluice.yaml", "/etc/sluice.yaml"],
 };

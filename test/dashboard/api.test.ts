@@ -206,7 +206,10 @@ describe("dashboard endpoints", () => {
       fromRecords.map((o) => Math.round(o.tsMs)).reverse(),
     );
     assert.equal(s.ledger, null);
-    assert.equal(s.ledger_hour, null);
+    // No ledger: the last hour is this gateway's own count, every request of this test in it.
+    assert.equal(s.last_hour.from_ledger, false);
+    assert.equal(s.last_hour.totals.requests, fleet.outcomes.length);
+    assert.ok(s.last_hour.minutes.every((m) => m.source === "live"));
     const status = await fleet.status();
     assert.equal(status.ledger, null, "no ledger: the admin status says so");
   });

@@ -3,7 +3,7 @@
  * a token the page asks for one and shows no data; a wrong token is refused on the page; with the
  * token it updates live, and after load (served requests, a tenant over its budget, a full queue,
  * requests held in flight and queued) the numbers it shows are /metrics' within one update, and its
- * latest rejections carry the codes and request ids the clients got. The token is kept for the tab
+ * rejections carry the codes and request ids the clients got. The token is kept for the tab
  * (a reload keeps it, a new tab asks again). A screenshot goes to test-output/dashboard.png.
  *
  * Skipped with how to install Chromium when /usr/bin/chromium is missing (fails in CI instead).
@@ -162,8 +162,9 @@ describe("dashboard in Chromium", () => {
     assert.equal(await shown(page, "tenant-auth:etl-budget-budget_tokens-used"), limit - remaining);
     assert.match(await text(page, "tenant-auth:etl-budget-budget_tokens-state"), /100% used up/);
 
-    // The latest rejections: codes and the request ids the clients got, newest first.
-    const rows = page.locator('[data-testid="rejection-row"]');
+    // The rejections, grouped by code, tenant and pool (one each here), last seen first, with the
+    // last request id the clients got.
+    const rows = page.locator('[data-testid="rejection-group"]');
     assert.equal(await rows.count(), 2);
     const seen = [];
     for (let i = 0; i < 2; i++) {

@@ -174,7 +174,10 @@ export function snapshotsIn(stream: EventStream): DashboardSnapshot[] {
  * undefined when it is not installed here and the test was skipped. Each page is a tab of its own,
  * with its own sessionStorage.
  */
-export async function launchChromium(t: TestContext): Promise<BrowserContext | undefined> {
+export async function launchChromium(
+  t: TestContext,
+  viewport: { width: number; height: number } = { width: 1400, height: 1000 },
+): Promise<BrowserContext | undefined> {
   if (!existsSync(CHROMIUM)) {
     const reason = `Chromium is not installed at ${CHROMIUM}: apt-get install -y chromium (or set CHROMIUM_PATH)`;
     if (process.env.SLUICE_REQUIRE_SERVICES) throw new Error(`${reason} (SLUICE_REQUIRE_SERVICES is set)`);
@@ -196,7 +199,7 @@ export async function launchChromium(t: TestContext): Promise<BrowserContext | u
       "--disable-component-update",
       "--disable-sync",
     ],
-    viewport: { width: 1400, height: 1000 },
+    viewport,
   });
   t.after(async () => {
     await context.close();

@@ -125,6 +125,7 @@ describe("Dashboard", () => {
       budgets: { remaining: () => ({}) },
       policies: () => new Map(),
       ledger: undefined,
+      pools: () => [],
     };
   }
 

@@ -10,6 +10,7 @@ import type { Logger } from "pino";
 import type { Registry } from "prom-client";
 import type { AdaptiveCapacity } from "../../capacity/adaptive.js";
 import type { OutcomeSink } from "../../contracts/outcome.js";
+import type { PoolView } from "../../contracts/pool-view.js";
 import type { LedgerWriter } from "../../ledger/writer.js";
 import type { LoadShedding } from "../../shedding/load-shedding.js";
 import type { FleetAdmission } from "../fleet/fleet-admission.js";
@@ -53,6 +54,8 @@ export interface DashboardParts {
   policies(): ReadonlyMap<string, TenantPolicy>;
   readonly ledger: LedgerWriter | undefined;
   readonly logger: Logger;
+  /** The model pools now, in the order they formed (read-only views). */
+  pools(): readonly PoolView[];
 }
 
 export type DashboardFactory<D extends GatewayDashboard = GatewayDashboard> = (parts: DashboardParts) => D;

@@ -39,7 +39,7 @@ import type { HealthCheckOptions, WorkerPolicy, WorkerSpec } from "../options.js
 import type { ServedModels } from "./pool-formation.js";
 import { TokensPerEvent } from "./tokens-per-event.js";
 
-const UNREPORTED_WORKER_CAPACITY = 64;
+export const UNREPORTED_WORKER_CAPACITY = 64;
 /** A worker reporting more running requests than this is lying or misconfigured. */
 const MAX_REPORTED_CAPACITY = 16_384;
 

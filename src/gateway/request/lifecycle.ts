@@ -27,6 +27,7 @@ import type { Logger } from "pino";
 import type { Slot } from "../../contracts/admission-backend.js";
 import { GatewayError } from "../../contracts/gateway-error.js";
 import type { CapacityMetrics } from "../../metrics/capacity.js";
+import type { FlowControlMetrics, FlowControlOutcome } from "../../metrics/flow-control.js";
 import type { SluiceMetrics } from "../../metrics/index.js";
 import type { RetryCounter } from "../../metrics/routing.js";
 import { BodyRoutingRequest } from "../../routing/request.js";
@@ -68,6 +69,8 @@ export interface LifecycleContext {
   readonly capacityMetrics: CapacityMetrics;
   /** `sluice_upstream_retries_total{reason}`. */
   readonly retries: RetryCounter;
+  /** The inference extension's flow-control series and the unknown-objective count. */
+  readonly flowControl: FlowControlMetrics;
   readonly logger: Logger;
   /**
    * The class a request without a scheduler slot (legacy admission) is forwarded under: its
@@ -127,9 +130,32 @@ function parseBody(ctx: LifecycleContext, req: IncomingMessage, body: Buffer): R
 
 // --- identify ----------------------------------------------------------------------------------
 
-/** The tenant key, from authentication (401 when required and missing or wrong). */
+/**
+ * The tenant key, from authentication (401 when required and missing or wrong); then a trusted
+ * inference gateway's objective becomes the class input (400 invalid_inference_header), or, not
+ * trusted, its headers are removed.
+ */
 function identify(ctx: LifecycleContext, req: IncomingMessage): string {
-  return ctx.tenants().resolve(req.headers);
+  const tenants = ctx.tenants();
+  const tenant = tenants.resolve(req.headers);
+  const objective = tenants.applyInferenceHeaders(req.headers);
+  if (objective !== undefined && !objective.known) {
+    ctx.flowControl.unknownObjectives.inc();
+    warnUnknownObjective(ctx, objective.name);
+  }
+  return tenant;
+}
+
+/** Objective names already warned about (bounded: a misconfigured gateway could send many). */
+const warnedObjectives = new Set<string>();
+
+function warnUnknownObjective(ctx: LifecycleContext, name: string): void {
+  if (warnedObjectives.has(name) || warnedObjectives.size >= 100) return;
+  warnedObjectives.add(name);
+  ctx.logger.warn(
+    { objective: name },
+    "x-gateway-inference-objective names an objective missing from inference_objectives; priority 0 applies",
+  );
 }
 
 // --- policy ------------------------------------------------------------------------------------
@@ -223,6 +249,15 @@ async function admit(
   lease.effectiveClass = shedClass ?? pool.admission.classify(priority, lease.tenant)?.effective;
   ticket.queued(shedClass);
   lease.spans?.queueStarted();
+  const started = performance.now();
+  const model =
+    estimate.model !== undefined && pool.models.includes(estimate.model) ? estimate.model : pool.name;
+  const inFlowControl = ctx.flowControl.enter({
+    tenant: lease.tenant,
+    priority: ctx.classFor(requestedPriority(req.headers), lease.tenant),
+    pool: pool.name,
+    model,
+  });
   let slot: Slot;
   try {
     slot = await pool.admission.acquire({
@@ -235,6 +270,7 @@ async function admit(
       hold: lease.hold,
     });
   } catch (err) {
+    inFlowControl.leave(flowControlOutcome(err), (performance.now() - started) / 1000);
     ticket.notAdmitted();
     if (err instanceof AdmissionError && err.priorityClass !== undefined)
       lease.effectiveClass = err.priorityClass;
@@ -251,10 +287,29 @@ async function admit(
     }
     throw err;
   }
+  inFlowControl.leave("Dispatched", (performance.now() - started) / 1000);
   ticket.admitted();
   // Legacy admission has no class of its own: the worker is told the clamped one (stream).
   lease.effectiveClass = slot.effectiveClass ?? ctx.classFor(priority, lease.tenant);
   lease.admitted(slot);
+}
+
+/** How a request that got no slot left admission, in the inference extension's outcome names. */
+function flowControlOutcome(err: unknown): FlowControlOutcome {
+  if (!(err instanceof AdmissionError)) return "RejectedOther";
+  switch (err.code) {
+    case "scheduler_queue_full":
+    case "admission_queue_full":
+      return "RejectedCapacity";
+    case "scheduler_queue_timeout":
+    case "admission_queue_timeout":
+      return "EvictedTTL";
+    case "scheduler_client_cancelled":
+    case "admission_client_cancelled":
+      return "EvictedContextCancelled";
+    default:
+      return err.queueWaitMs === undefined ? "RejectedOther" : "EvictedOther";
+  }
 }
 
 // --- dispatch ----------------------------------------------------------------------------------

@@ -1,21 +1,31 @@
 /**
  * Who is asking. The tenant key comes from authentication, never from a header a client can set:
  * a bearer token whose SHA-256 is listed in `api_keys` is tenant `auth:<name>`. Deployments behind
- * an auth proxy may opt in to a trusted header (`header:<value>`). Everyone else is `anonymous`,
- * or refused with 401 when auth is required.
+ * an auth proxy may opt in to a trusted header (`header:<value>`), and deployments behind a Gateway
+ * API inference gateway to its fairness id (`fairness:<id>`, inference-gateway-headers.ts). Everyone
+ * else is `anonymous`, or refused with 401 when auth is required.
  */
 import { hash } from "node:crypto";
 import type { IncomingHttpHeaders } from "node:http";
 import { ConfigError } from "@sluice/scheduler/core/errors.js";
+import type { InferenceGatewaySettings } from "../../config/inference-objectives.js";
 import { GatewayError } from "../../contracts/gateway-error.js";
 import { firstHeaderValue } from "../http/headers.js";
 import type { ApiKeySpec } from "../options.js";
+import {
+  applyObjective,
+  dropInferenceGatewayHeaders,
+  fairnessTenant,
+  type ResolvedObjective,
+} from "./inference-gateway-headers.js";
 
 export const ANONYMOUS_TENANT = "anonymous";
 
 interface TenantResolverOptions {
   apiKeys: ApiKeySpec[];
   trustedTenantHeader?: string | null | undefined;
+  /** `--inference-gateway-headers` on: the fairness id and objective headers are trusted. */
+  inferenceGateway?: InferenceGatewaySettings | undefined;
   requireAuth: boolean;
 }
 
@@ -28,6 +38,7 @@ export class TenantResolver {
   private readonly byHash = new Map<string, string>();
   private readonly trustedHeader: string | undefined;
   private readonly requireAuth: boolean;
+  private readonly inferenceGateway: InferenceGatewaySettings | undefined;
 
   constructor(options: TenantResolverOptions) {
     options.apiKeys.forEach((key, i) => {
@@ -42,6 +53,7 @@ export class TenantResolver {
     });
     this.trustedHeader = options.trustedTenantHeader ? options.trustedTenantHeader.toLowerCase() : undefined;
     this.requireAuth = options.requireAuth;
+    this.inferenceGateway = options.inferenceGateway;
   }
 
   /** Resolves the tenant key, or throws a 401 GatewayError. */
@@ -61,6 +73,10 @@ export class TenantResolver {
       const v = firstHeaderValue(headers[this.trustedHeader]);
       if (v !== undefined && v.trim() !== "") return `header:${v.trim()}`;
     }
+    if (this.inferenceGateway !== undefined) {
+      const tenant = fairnessTenant(headers);
+      if (tenant !== undefined) return tenant;
+    }
     if (this.requireAuth) {
       // A key was presented but matched none (also when no keys are configured): invalid, not missing.
       if (auth !== undefined && auth.trim() !== "") {
@@ -69,5 +85,18 @@ export class TenantResolver {
       throw new GatewayError("missing_api_key", "authentication required: send Authorization: Bearer <key>");
     }
     return ANONYMOUS_TENANT;
+  }
+
+  /**
+   * The inference gateway's objective, when trusted: its class becomes the request's class input
+   * (400 invalid_inference_header for a malformed value). When not trusted, both inference headers
+   * are removed from the request instead, and nothing is returned.
+   */
+  applyInferenceHeaders(headers: IncomingHttpHeaders): ResolvedObjective | undefined {
+    if (this.inferenceGateway === undefined) {
+      dropInferenceGatewayHeaders(headers);
+      return undefined;
+    }
+    return applyObjective(headers, this.inferenceGateway);
   }
 }

@@ -118,6 +118,10 @@ export interface Scheduler {
   readonly inflight: number;
 }
 
+/**
+ * A queued acquire. Its shape is kept small (docs/design.md, "A waiter's bytes"): one is held per
+ * queued request, and a flood queues hundreds of thousands.
+ */
 class Waiter implements QueueItem {
   readonly tenant: string;
   readonly cost: number;
@@ -128,13 +132,16 @@ class Waiter implements QueueItem {
   nextInFlow: this | null = null;
   prevArrival: this | null = null;
   nextArrival: this | null = null;
-  readonly rank: number;
-  readonly requestedRank: number;
+  /** The effective class's rank, and the requested one's times 4 (ranks are 0..3): one field. */
+  private readonly ranks: number;
   readonly enqueuedAt: number;
-  resolve!: (permit: SchedulerPermit) => void;
-  reject!: (error: Error) => void;
-  signal: CancelSignal | undefined;
-  onAbort: (() => void) | undefined;
+  /**
+   * The promise's resolve function only: its reject function is not kept (a function object less per
+   * waiter); a refusal resolves it with a thenable that rejects (`refusal`).
+   */
+  resolve!: (outcome: SchedulerPermit | PromiseLike<SchedulerPermit>) => void;
+  signal: CancelSignal | undefined = undefined;
+  onAbort: (() => void) | undefined = undefined;
 
   constructor(
     tenant: string,
@@ -149,10 +156,28 @@ class Waiter implements QueueItem {
     this.cost = cost;
     this.weight = weight;
     this.seq = seq;
-    this.rank = rank;
-    this.requestedRank = requestedRank;
+    this.ranks = rank | (requestedRank << 2);
     this.enqueuedAt = now;
   }
+
+  get rank(): number {
+    return this.ranks & 3;
+  }
+
+  get requestedRank(): number {
+    return this.ranks >> 2;
+  }
+}
+
+/** A thenable that rejects with `error`: what a waiter's promise is resolved with to refuse it. */
+function refusal(error: Error): PromiseLike<never> {
+  return {
+    // biome-ignore lint/suspicious/noThenProperty: a thenable on purpose (see Waiter.resolve)
+    then: (_onPermit, onRefusal) => {
+      onRefusal?.(error);
+      return undefined as never;
+    },
+  } as PromiseLike<never>;
 }
 
 interface ResolvedTenant {
@@ -451,9 +476,8 @@ class PriorityScheduler implements Scheduler, PermitOwner {
   ): Promise<Permit> {
     const now = this.clock.now();
     const waiter = new Waiter(tenant, cost, policy.weight, this.seq++, rank, requested, now);
-    const promise = new Promise<SchedulerPermit>((resolve, reject) => {
+    const promise = new Promise<SchedulerPermit>((resolve) => {
       waiter.resolve = resolve;
-      waiter.reject = reject;
     });
     this.queues[rank]!.push(waiter, this.flowOf(policy, rank, tenant));
     this.queuedTotal++;
@@ -519,7 +543,7 @@ class PriorityScheduler implements Scheduler, PermitOwner {
     this.observer.queueWait?.(cls, waitedMs / 1000, "client_cancelled");
     const error = new ClientCancelledError(cls, "scheduler_client_cancelled");
     error.queueWaitMs = waitedMs;
-    waiter.reject(error);
+    waiter.resolve(refusal(error));
     // A departure changes no headroom, but it may unblock nothing; no dispatch needed.
   }
 
@@ -609,7 +633,7 @@ class PriorityScheduler implements Scheduler, PermitOwner {
         this.observer.queueWait?.(cls, (now - w.enqueuedAt) / 1000, "rejected_queue_timeout");
         const error = new QueueTimeoutError(cls, limit / 1000);
         error.queueWaitMs = now - w.enqueuedAt;
-        w.reject(error);
+        w.resolve(refusal(error));
       }
     }
     this.dispatch();

@@ -1,0 +1,86 @@
+/**
+ * Admissions per second against the number of distinct tenants: the core bench's oversubscribed
+ * closed loop (256 slots, 1,024 outstanding, every task released at once), with tasks drawn from 16
+ * tenants and from 100,000. Each tenant is a flow in its class's fair queue, so many tenants means
+ * many flows: more memory touched per admission, and flows created and pruned as tenants come and go.
+ * `node --import tsx --expose-gc bench/tenant-scale.bench.ts`
+ */
+import { createScheduler, type Permit, type PriorityClass, type TenantPolicy } from "../src/index.js";
+import { settleHeap } from "./lib/stats.js";
+import { mulberry32 } from "./lib/workload.js";
+
+const CAPACITY = 256;
+const OUTSTANDING = 4 * CAPACITY;
+const TASKS = Number(process.env.BENCH_TASKS ?? 1_000_000);
+const ROUNDS = Number(process.env.BENCH_ROUNDS ?? 5);
+const CLASSES: readonly PriorityClass[] = ["bulk", "default", "interactive", "system"];
+
+function names(count: number): string[] {
+  return Array.from({ length: count }, (_, i) => `tenant-${i}`);
+}
+
+/** Every tenant has a policy (weights 1..4), as when tenants come from API keys. */
+function policies(tenants: readonly string[]): Record<string, TenantPolicy> {
+  const out: Record<string, TenantPolicy> = {};
+  tenants.forEach((t, i) => {
+    out[t] = { max_class: "system", weight: 1 + (i % 4) };
+  });
+  return out;
+}
+
+function run(tenants: readonly string[], n: number, seed: number): Promise<number> {
+  const s = createScheduler({
+    capacity: CAPACITY,
+    classes: {
+      system: { reserved_floor: 8, queue_size: OUTSTANDING, queue_timeout_secs: 3600 },
+      interactive: { reserved_floor: 32, queue_size: OUTSTANDING, queue_timeout_secs: 3600 },
+      default: { reserved_per_slot: 0.1, queue_size: OUTSTANDING, queue_timeout_secs: 3600 },
+      bulk: { queue_size: OUTSTANDING, queue_timeout_secs: 3600 },
+    },
+    tenantPolicies: policies(tenants),
+    defaultMaxClass: "system",
+  });
+  const rand = mulberry32(seed);
+  let submitted = 0;
+  let completed = 0;
+  return new Promise((resolve, reject) => {
+    const t0 = performance.now();
+    const onAdmit = (permit: Permit) => {
+      permit.release();
+      completed++;
+      if (submitted < n) submit();
+      else if (completed === n) resolve((performance.now() - t0) / 1000);
+    };
+    const submit = () => {
+      submitted++;
+      const cls = CLASSES[Math.floor(rand() * 4)]!;
+      const tenant = tenants[Math.floor(rand() * tenants.length)]!;
+      s.acquire({ priority: cls, tenant, cost: 1 + Math.floor(rand() * 512) }).then(onAdmit, reject);
+    };
+    while (submitted < OUTSTANDING) submit();
+  });
+}
+
+const COUNTS = (process.env.BENCH_TENANT_COUNTS ?? "16,100000").split(",").map(Number);
+const shapes = COUNTS.map((count) => ({ count, tenants: names(count), rates: [] as number[] }));
+for (const shape of shapes) await run(shape.tenants, TASKS / 5, 1); // warm-up
+for (let round = 0; round < ROUNDS; round++) {
+  // Interleaved, so a busy moment of the machine falls on both shapes alike.
+  for (const shape of shapes) {
+    await settleHeap();
+    shape.rates.push(TASKS / (await run(shape.tenants, TASKS, round + 2)));
+  }
+}
+const median = (xs: number[]) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)]!;
+for (const s of shapes) {
+  const rounds = s.rates.map((r) => Math.round(r / 1000)).join(", ");
+  console.log(
+    `${String(s.count).padStart(7)} tenants: ${Math.round(median(s.rates)).toLocaleString("en")} admissions/s (rounds ${rounds} k)`,
+  );
+}
+if (shapes.length === 2) {
+  const [few, many] = shapes.map((s) => median(s.rates));
+  console.log(
+    `${shapes[0]!.count} / ${shapes[1]!.count} tenants: ${(few! / many!).toFixed(2)}x (target <= 1.5x)`,
+  );
+}
