@@ -17,6 +17,7 @@ import {
   closedPort,
   FAST_WORKER,
   type Fleet,
+  metric,
   type Reply,
   schedulerDoc,
   startFleet,
@@ -119,6 +120,20 @@ describe("rate-limit headers over HTTP", () => {
 
     clock.advance(29_000);
     assertOk(await fleet.chatAs("metered", HUNDRED));
+    // The request bucket is a budget like the others in the metrics: 1.02 after 29 s, one taken.
+    const s = await fleet.scrape();
+    const left = metric(s, "sluice_budget_remaining", {
+      tenant: "auth:metered",
+      budget: "requests_per_minute",
+    });
+    assert.ok(left !== undefined && left < 1, `requests_per_minute remaining ${left}`);
+    assert.equal(
+      metric(s, "sluice_budget_rejections_total", {
+        tenant: "auth:metered",
+        reason: "request_rate_exceeded",
+      }),
+      1,
+    );
   });
 
   test("429 token bucket, 403 term budget: Retry-After is the refill and the period's end", async (t) => {
