@@ -9,6 +9,10 @@ import { BudgetBook, secsToPeriodEnd } from "@sluice/scheduler/core/budgets.js";
 import { ManualClock } from "@sluice/scheduler/core/clock.js";
 import type { TenantPolicy } from "@sluice/scheduler/core/config.js";
 import type { ClassSnapshot } from "@sluice/scheduler/core/events.js";
+import { parseGatewayArgs } from "../../src/cli/flags.js";
+import type { GatewayFile } from "../../src/config/gateway-file.js";
+import { resolveOptionValues } from "../../src/config/option-layers.js";
+import { parseSchedulerYaml } from "../../src/config/scheduler-file.js";
 import type { AdmissionSnapshot } from "../../src/contracts/admission-backend.js";
 import type { ModelPool } from "../../src/gateway/fleet/model-pools.js";
 import {
@@ -322,5 +326,57 @@ describe("the Retry-After rule per code", () => {
     assert.equal(secsUntilWorkerBack([open(5_500), open(31_000)], 1000, 10), 5);
     assert.equal(secsUntilWorkerBack([open(500)], 1000, 10), 1);
     assert.equal(secsUntilWorkerBack([open(100_000)], 1000, 10), 10);
+  });
+});
+
+describe("bad settings name their key", () => {
+  test("requests_per_minute must be a number above 0", () => {
+    const policy = (value: string) => `tenant_policies:\n  "auth:a": {requests_per_minute: ${value}}\n`;
+    assert.equal(parseSchedulerYaml(policy("90")).tenantPolicies.get("auth:a")?.requests_per_minute, 90);
+    for (const bad of ["0", "-3", "fast"]) {
+      assert.throws(
+        () => parseSchedulerYaml(policy(bad)),
+        (err: Error) => /tenant_policies\.auth:a\.requests_per_minute/.test(err.message),
+        bad,
+      );
+    }
+  });
+
+  test("rate_limit_headers: on by default; off from the environment or the file; anything else is named", () => {
+    const none = { commandLine: {}, env: {}, file: {}, filePath: undefined };
+    assert.equal(resolveOptionValues(none).rate_limit_headers, true);
+    assert.equal(
+      resolveOptionValues({ ...none, env: { SLUICE_RATE_LIMIT_HEADERS: "false" } }).rate_limit_headers,
+      false,
+    );
+    assert.equal(
+      resolveOptionValues({ ...none, file: { rate_limit_headers: false }, filePath: "g.yaml" })
+        .rate_limit_headers,
+      false,
+    );
+    assert.throws(
+      () => resolveOptionValues({ ...none, env: { SLUICE_RATE_LIMIT_HEADERS: "maybe" } }),
+      /SLUICE_RATE_LIMIT_HEADERS/,
+    );
+    assert.throws(
+      () =>
+        resolveOptionValues({
+          ...none,
+          file: { rate_limit_headers: "no" } as GatewayFile,
+          filePath: "g.yaml",
+        }),
+      /g\.yaml: rate_limit_headers/,
+    );
+  });
+
+  test("--no-rate-limit-headers turns them off on the command line, over the environment", () => {
+    const w = ["--worker-urls", "http://127.0.0.1:1"];
+    assert.equal(parseGatewayArgs(w, {}).rateLimitHeaders, true);
+    assert.equal(parseGatewayArgs([...w, "--no-rate-limit-headers"], {}).rateLimitHeaders, false);
+    assert.equal(
+      parseGatewayArgs([...w, "--rate-limit-headers"], { SLUICE_RATE_LIMIT_HEADERS: "false" })
+        .rateLimitHeaders,
+      true,
+    );
   });
 });
