@@ -1,4 +1,4 @@
-// Per-request CPU cost of tracing on vs off: N non-streaming chat requests through an in-process
+// Per-request CPU cost of tracing off, traces only (--otlp-metrics off) and traces with GenAI metrics: N non-streaming chat requests through an in-process
 // gateway over loopback (16 concurrent), CPU time from process.cpuUsage(). The mock worker, the
 // client and a minimal OTLP sink (drains the body, answers 200) share the process: the worker's and
 // the client's cost is the same in both modes, the sink's counts against tracing. Run by hand:
@@ -26,7 +26,7 @@ const body = JSON.stringify({
   max_tokens: 4,
 });
 
-async function run(otlp: string | undefined): Promise<{ cpuUs: number; wallMs: number }> {
+async function run(otlp: string | undefined, metrics: boolean): Promise<{ cpuUs: number; wallMs: number }> {
   const gw = await startGateway({
     workers: [{ url: worker.url, capacity: 64 }],
     host: "127.0.0.1",
@@ -42,6 +42,7 @@ async function run(otlp: string | undefined): Promise<{ cpuUs: number; wallMs: n
     health: { ...DEFAULT_HEALTH, intervalSecs: 600 },
     logger: pino({ level: "silent" }),
     otlpEndpoint: otlp,
+    otlpMetrics: metrics,
   });
   const agent = new Agent({ connections: CONC });
   const one = async () => {
@@ -74,10 +75,10 @@ async function run(otlp: string | undefined): Promise<{ cpuUs: number; wallMs: n
   return { cpuUs: c.user + c.system, wallMs };
 }
 
-const results: Record<string, number[]> = { off: [], on: [] };
+const results: Record<string, number[]> = { off: [], traces: [], on: [] };
 for (let round = 0; round < Number(process.env.ROUNDS ?? 3); round++) {
-  for (const mode of ["off", "on"] as const) {
-    const r = await run(mode === "on" ? endpoint : undefined);
+  for (const mode of ["off", "traces", "on"] as const) {
+    const r = await run(mode === "off" ? undefined : endpoint, mode === "on");
     results[mode]!.push(r.cpuUs / N);
     console.log(
       `${mode} round ${round}: ${(r.cpuUs / N).toFixed(1)} us CPU/request, ${((N / r.wallMs) * 1000).toFixed(0)} req/s`,
@@ -86,9 +87,10 @@ for (let round = 0; round < Number(process.env.ROUNDS ?? 3); round++) {
 }
 const median = (xs: number[]) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)]!;
 const off = median(results.off!);
+const traces = median(results.traces!);
 const on = median(results.on!);
 console.log(
-  `median: off ${off.toFixed(1)} us, on ${on.toFixed(1)} us, tracing adds ${(on - off).toFixed(1)} us/request (${(((on - off) / off) * 100).toFixed(1)}%)`,
+  `median: off ${off.toFixed(1)} us, traces ${traces.toFixed(1)} us, traces + GenAI metrics ${on.toFixed(1)} us; tracing adds ${(traces - off).toFixed(1)} us/request, metrics ${(on - traces).toFixed(1)} more`,
 );
 await worker.close();
 sink.close();

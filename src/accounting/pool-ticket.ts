@@ -40,6 +40,8 @@ export class PoolTicket {
   constructor(
     private readonly counters: TicketCounters,
     readonly tenant: string,
+    /** The request's predicted output tokens (all choices): its weight in shedding's queue. */
+    readonly predictedOutputTokens?: number | undefined,
   ) {}
 
   /** The request entered the admission queue; `shedClass` is the class shedding tracks it under. */
@@ -52,7 +54,7 @@ export class PoolTicket {
     if (shedClass !== undefined && shedding !== undefined) {
       this.shedClass = shedClass;
       this.queuedAt = this.counters.now();
-      shedding.queue(shedClass, this.tenant, 1);
+      shedding.queue(shedClass, this.tenant, 1, this.predictedOutputTokens);
     }
   }
 
@@ -74,13 +76,14 @@ export class PoolTicket {
   }
 
   /**
-   * What an admitted request was served, in tokens, under `cls`: once, for load shedding. It may
-   * come after `ended` (the gateway gives back first and charges after).
+   * What an admitted request was served, in tokens, under `cls`: once, for load shedding (with its
+   * predicted output, the unit its queue is weighed in). It may come after `ended` (the gateway
+   * gives back first and charges after).
    */
   served(cls: PriorityClass, tokens: number): void {
     if (this.servedCounted || !this.wasAdmitted) return;
     this.servedCounted = true;
-    this.counters.shedding?.served(cls, this.tenant, tokens);
+    this.counters.shedding?.served(cls, this.tenant, tokens, this.predictedOutputTokens);
   }
 
   /** The request ended: whatever it still counts is given back, once. */
@@ -99,7 +102,7 @@ export class PoolTicket {
     feedback?.queued(-1);
     const cls = this.shedClass;
     if (cls !== undefined && shedding !== undefined) {
-      shedding.queue(cls, this.tenant, -1);
+      shedding.queue(cls, this.tenant, -1, this.predictedOutputTokens);
       shedding.queueWait(cls, this.counters.now() - this.queuedAt, admitted);
     }
   }

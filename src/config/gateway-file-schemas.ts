@@ -4,6 +4,7 @@
  * scenarios and live in their own files). Messages say what a value must be; the caller names the key.
  */
 import { z } from "zod";
+import { ENGINE_CHOICES } from "../capacity/engine-signals/engine-kind.js";
 import { schedulerFileSchema } from "./scheduler-file.js";
 
 const sheddableClass = z.enum(["bulk", "default", "interactive"], {
@@ -38,6 +39,7 @@ export const workersSchema = z.array(
     url: z.string(),
     capacity: z.number().int("must be an integer").min(1, "must be >= 1").optional(),
     api_key: z.string().min(1, "must be a non-empty string").optional(),
+    engine: z.enum(ENGINE_CHOICES, { error: `must be one of ${ENGINE_CHOICES.join(", ")}` }).optional(),
     models: z
       .array(z.string().min(1, "must be a model name").max(256, "must be at most 256 characters"), {
         error: "must be a list of model names",

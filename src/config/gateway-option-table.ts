@@ -13,6 +13,7 @@ import {
   STATE_FAIL_MODES,
   stateUrlProblem,
 } from "../admission/redis/options.js";
+import { DEFAULT_ENGINE_SIGNALS, ENGINE_CHOICES } from "../capacity/engine-signals/engine-kind.js";
 import { REPLICA_ID_PATTERN } from "../contracts/replica-id.js";
 import { DEFAULT_LEDGER, DEFAULT_RETENTION_DAYS } from "../ledger/target.js";
 import { DEFAULT_BREAKER, DEFAULT_ROUTING, POLICY_NAMES } from "../routing/options.js";
@@ -130,7 +131,7 @@ export const GATEWAY_OPTIONS = {
     parse: choiceArg(POLICY_NAMES),
     default: DEFAULT_ROUTING.policy,
     help: `worker choice: ${POLICY_NAMES.join(" | ")} (docs/routing.md)`,
-    doc: "worker choice inside the request's pool: `cache_aware` (where the prompt's prefix is cached, unless overloaded), `prefix_hash`, `session`, `power_of_two` (less loaded of two random workers), `round_robin`, `random` (docs/routing.md)",
+    doc: "worker choice inside the request's pool: `cache_aware` (where the prompt's prefix is cached, unless overloaded), `prefix_hash`, `session`, `power_of_two` (less loaded of two random workers), `round_robin`, `random`, `least_tokens` (fewest prompt + predicted output tokens outstanding) (docs/routing.md)",
   }),
   session_header: value({
     arg: "<name>",
@@ -492,8 +493,15 @@ export const GATEWAY_OPTIONS = {
     arg: "<url>",
     parse: checkedArg(otlpEndpointProblem),
     help: "OpenTelemetry traces over OTLP/HTTP to <url>/v1/traces, e.g. http://collector:4318 (docs/tracing.md); without it tracing is off",
-    doc: "OpenTelemetry traces over OTLP/HTTP (JSON) to `URL/v1/traces`, e.g. `http://collector:4318`: a span per request with children for the queue wait, each upstream attempt and the stream; the worker's `traceparent` names the attempt's span (docs/tracing.md). Off: nothing is traced and a client's `traceparent` reaches the worker as sent",
+    doc: "OpenTelemetry traces over OTLP/HTTP (JSON) to `URL/v1/traces`, e.g. `http://collector:4318`: a span per request with children for the queue wait, each upstream attempt and the stream; the worker's `traceparent` names the attempt's span (docs/tracing.md). With it, GenAI metrics go to `URL/v1/metrics` too unless `--otlp-metrics off` (docs/genai-telemetry.md). Off: nothing is traced and a client's `traceparent` reaches the worker as sent",
     docDefault: "unset (off)",
+  }),
+  otlp_metrics: value({
+    arg: "<mode>",
+    parse: choiceArg(["on", "off"] as const),
+    default: "on",
+    help: "on|off; with --otlp-endpoint: GenAI metrics (request duration, TTFT, TPOT, tokens, queue wait) to <url>/v1/metrics too; off = traces only",
+    doc: "`on` or `off`; with `--otlp-endpoint`: OpenTelemetry GenAI metrics over OTLP/HTTP to `URL/v1/metrics` (`gen_ai.server.request.duration`, `gen_ai.server.time_to_first_token`, `gen_ai.server.time_per_output_token`, `gen_ai.client.token.usage`, `sluice.queue.wait`; docs/genai-telemetry.md). `off` exports traces only and never loads the metrics SDK",
   }),
   state_key_prefix: value({
     arg: "<prefix>",
@@ -530,6 +538,27 @@ export const GATEWAY_OPTIONS = {
   inference_gateway_headers: toggle({
     help: "trust a Gateway API inference gateway in front: x-gateway-inference-fairness-id names the tenant, x-gateway-inference-objective the class (docs/kubernetes.md)",
     doc: "trust `x-gateway-inference-fairness-id` (tenant `fairness:<id>`) and `x-gateway-inference-objective` (class by `inference_objective_classes`); off: both are removed (docs/kubernetes.md)",
+  }),
+  worker_engine: value({
+    arg: "<engine>",
+    parse: choiceArg(ENGINE_CHOICES),
+    default: DEFAULT_ENGINE_SIGNALS.engine,
+    help: `engine of workers that name none (workers[].engine): ${ENGINE_CHOICES.join(" | ")} (docs/capacity.md)`,
+    doc: "engine of the workers that name none (`workers[].engine` wins): `auto` recognises vLLM and SGLang from their routes, `vllm`, `sglang`, or `openai` (no load signals) (docs/capacity.md)",
+  }),
+  engine_scrape_interval_ms: value({
+    arg: "<ms>",
+    parse: intArg(0),
+    default: DEFAULT_ENGINE_SIGNALS.scrapeIntervalMs,
+    help: "period of the scrapes of each vLLM/SGLang worker's /metrics (running, waiting, KV use); 0 = off",
+    doc: "period of the scrapes of each vLLM/SGLang worker's `/metrics`; the load other clients put on a worker narrows its room (0: off; docs/capacity.md)",
+  }),
+  engine_scrape_timeout_ms: value({
+    arg: "<ms>",
+    parse: intArg(1),
+    default: DEFAULT_ENGINE_SIGNALS.scrapeTimeoutMs,
+    help: "timeout of one /metrics scrape (a late one keeps the last reading)",
+    doc: "timeout of one `/metrics` scrape; a failed scrape keeps the last reading (its age shows in the status)",
   }),
   rate_limit_headers: toggleOn({
     help: "send x-ratelimit-* and x-sluice-budget-* headers to identified tenants (--no-rate-limit-headers: off; Retry-After stays)",

@@ -8,6 +8,7 @@ import type { ClassOverrides, Pricing } from "@sluice/scheduler/core/config.js";
 import type { LegacyLimiterOptions } from "@sluice/scheduler/core/legacy.js";
 import type { StateOptions } from "../admission/redis/options.js";
 import type { AdaptiveTuning } from "../capacity/adaptive-limit.js";
+import type { EngineChoice } from "../capacity/engine-signals/engine-kind.js";
 import type { LedgerOptions } from "../ledger/writer.js";
 import type { BreakerOptions, PolicyName, RoutingOptions } from "../routing/options.js";
 import type { LoadSheddingOptions } from "../shedding/load-shedding.js";
@@ -24,6 +25,18 @@ export interface WorkerSpec {
   apiKey?: string | undefined;
   /** The models it serves; replaces what it reports at `GET /v1/models` (model pools). */
   models?: string[] | undefined;
+  /** Its engine (`workers[].engine`); default: the fleet's `worker_engine`. */
+  engine?: EngineChoice | undefined;
+}
+
+/** Reading the workers' engine signals (docs/capacity.md). */
+export interface EngineSignalOptions {
+  /** The engine of workers that name none (`worker_engine`, default auto). */
+  engine: EngineChoice;
+  /** Period of the /metrics scrapes; 0 = off (capacity is still read once when a worker joins). */
+  scrapeIntervalMs: number;
+  /** One scrape's timeout. */
+  scrapeTimeoutMs: number;
 }
 
 export interface ApiKeySpec {
@@ -131,6 +144,10 @@ export interface GatewayStartSettings {
   state: StateOptions | undefined;
   /** OpenTelemetry traces to this OTLP/HTTP collector (`--otlp-endpoint`); undefined: off. */
   otlpEndpoint: string | undefined;
+  /** GenAI metrics to the same collector's /v1/metrics when `otlpEndpoint` is set (`--otlp-metrics`). */
+  otlpMetrics: boolean;
+  /** The workers' engine signals: recognition and /metrics scrapes (docs/capacity.md). */
+  engineSignals: EngineSignalOptions;
 }
 
 /** The start settings plus what only the command itself uses. */

@@ -138,6 +138,12 @@ export function resolveGatewaySettings({
             leaseTtlSecs: values.lease_ttl_secs,
           },
     otlpEndpoint: values.otlp_endpoint,
+    otlpMetrics: values.otlp_metrics === "on",
+    engineSignals: {
+      engine: values.worker_engine,
+      scrapeIntervalMs: values.engine_scrape_interval_ms,
+      scrapeTimeoutMs: values.engine_scrape_timeout_ms,
+    },
     configPath,
   };
 }
@@ -175,10 +181,12 @@ function mergeWorkers(
       existing.capacity = w.capacity;
       if (w.api_key !== undefined) existing.apiKey = w.api_key;
       if (w.models !== undefined) existing.models = w.models;
+      if (w.engine !== undefined) existing.engine = w.engine;
     } else {
       const spec: WorkerSpec = { url: origin, capacity: w.capacity };
       if (w.api_key !== undefined) spec.apiKey = w.api_key;
       if (w.models !== undefined) spec.models = w.models;
+      if (w.engine !== undefined) spec.engine = w.engine;
       workers.push(spec);
       byUrl.set(origin, spec);
     }

@@ -20,6 +20,11 @@ export interface RoutingRequest {
   header(name: string): string | undefined;
   /** The parsed JSON body, when it was a JSON object (for policies of an embedder's own). */
   readonly json: Record<string, unknown> | undefined;
+  /**
+   * Tokens the gateway has outstanding on the worker at `url` (prompt + predicted output of its
+   * requests in flight there); absent when the caller does not count them.
+   */
+  outstandingTokens?(url: string): number;
 }
 
 export interface RoutingPolicy<W extends RoutingCandidate = RoutingCandidate> {

@@ -9,6 +9,7 @@ import { type FlowControlMetrics, registerFlowControlMetrics } from "../metrics/
 import type { SluiceMetrics } from "../metrics/index.js";
 import { registerPoolMetrics } from "../metrics/pools.js";
 import { type RetryCounter, registerRetryMetrics } from "../metrics/routing.js";
+import { registerEngineMetrics } from "./engine-metrics.js";
 import type { Fleet } from "./start-pools.js";
 
 export interface LifecycleMetrics {
@@ -39,6 +40,7 @@ export function bindFleetMetrics(
   metrics.bindSchedulerFallback(() => admission.fallbackCode);
   metrics.bindWorkersHealthy(() => workers.healthyCount);
   registerPoolMetrics(metrics.registry, () => pools.all);
+  registerEngineMetrics(metrics.registry, workers, () => workers.now());
   const capacityMetrics = registerCapacityMetrics(metrics.registry, {
     limit: () => capacity.capacity,
     adaptive: () => fleet.mainPool()?.adaptive?.snapshot(),

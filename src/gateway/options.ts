@@ -10,6 +10,7 @@ import type {
   ApiKeySpec,
   CapacityOptions,
   ClientLimits,
+  EngineSignalOptions,
   HealthCheckOptions,
   WorkerPolicy,
   WorkerSpec,
@@ -26,6 +27,7 @@ export {
   CAPACITY_MODES,
   type CapacityMode,
   type CapacityOptions,
+  type EngineSignalOptions,
   type HealthCheckOptions,
   type WorkerPolicy,
   type WorkerSpec,
@@ -115,6 +117,16 @@ export interface GatewayOptions {
    * docs/tracing.md). Absent = tracing off: nothing is traced and traceparent passes through as is.
    */
   otlpEndpoint?: string | undefined;
+  /**
+   * GenAI metrics over OTLP/HTTP to `<otlpEndpoint>/v1/metrics` (`--otlp-metrics`,
+   * docs/genai-telemetry.md); only with `otlpEndpoint`. Absent = on; false = traces only.
+   */
+  otlpMetrics?: boolean | undefined;
+  /**
+   * The workers' engine signals (docs/capacity.md): which engine each runs, and how often its
+   * /metrics is scraped. Absent fields take DEFAULT_ENGINE_SIGNALS (auto, every 2 s, 1 s timeout).
+   */
+  engineSignals?: Partial<EngineSignalOptions> | undefined;
   /**
    * Shared state (`--state-url`, docs/replicas.md): several replicas admit as one through Redis.
    * Absent = admission and budgets in process.

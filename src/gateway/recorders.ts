@@ -25,11 +25,15 @@ export async function startRecorders(
 ): Promise<Recorders> {
   const ledger = startLedger(options.ledger, options.logger, metrics.registry);
   if (ledger !== undefined) stops.add("ledger", () => ledger.close());
-  // Loaded only when on: with tracing off the OpenTelemetry SDK is never imported.
+  // Loaded only when on: with tracing off the OpenTelemetry SDK is never imported (nor the metrics
+  // SDK with metrics off).
   const tracing =
     options.otlpEndpoint === undefined
       ? undefined
-      : new (await import("../tracing/setup.js")).GatewayTracing({ endpoint: options.otlpEndpoint });
+      : await (await import("../tracing/setup.js")).GatewayTracing.start({
+          endpoint: options.otlpEndpoint,
+          metrics: options.otlpMetrics,
+        });
   if (tracing !== undefined) stops.add("tracing", () => tracing.shutdown());
   return { ledger, tracing };
 }

@@ -4,8 +4,11 @@
  */
 import type { BudgetBook } from "@sluice/scheduler/core/budgets.js";
 import { realClock } from "@sluice/scheduler/core/clock.js";
+import { describePredictionChain } from "../accounting/output-prediction.js";
 import type { OutcomeSink } from "../contracts/outcome.js";
 import type { SluiceMetrics } from "../metrics/index.js";
+import { registerOutputPredictionMetrics } from "../metrics/output-prediction.js";
+import { OutstandingWork } from "../routing/outstanding-work.js";
 import { DEFAULT_MAX_RETRIES } from "../routing/retry.js";
 import type { LifecycleMetrics } from "./fleet-metrics.js";
 import { clientLimitsOf } from "./front.js";
@@ -37,8 +40,14 @@ export function requestContexts(parts: RequestParts): { lifecycle: LifecycleCont
   const { options, fleet, policy, budgets, metrics, activity } = parts;
   const { logger } = options;
   const limits = clientLimitsOf(options);
-  // Recent output lengths of answers without max_tokens: what a budget reserves for the next one.
+  // Recent output lengths: what a budget reserves for a request without max_tokens, and the
+  // weight of a queued request for load shedding (docs/output-prediction.md).
   const outputLengths = new OutputLengths();
+  const predictionErrors = registerOutputPredictionMetrics(metrics.registry);
+  // Say which chain is in force: without default_output_tokens a new tenant's request holds a context.
+  logger.info({ chain: describePredictionChain(options.defaultOutputTokens) }, "output-length prediction");
+  // Prompt + predicted output of the requests in flight on each worker (routing's least_tokens).
+  const outstandingWork = new OutstandingWork();
   const lifecycle: LifecycleContext = {
     pools: fleet.pools,
     workers: fleet.workers,
@@ -52,6 +61,7 @@ export function requestContexts(parts: RequestParts): { lifecycle: LifecycleCont
     // The cost ceiling: configured, else the largest context a worker reports, else a constant.
     maxCostTokens: () => options.maxCostTokens ?? fleet.workers.contextLength ?? DEFAULT_MAX_COST_TOKENS,
     outputLengths,
+    outstandingWork,
     defaultOutputTokens: options.defaultOutputTokens,
     capacityMetrics: parts.lifecycleMetrics.capacityMetrics,
     retries: parts.lifecycleMetrics.retries,
@@ -70,6 +80,8 @@ export function requestContexts(parts: RequestParts): { lifecycle: LifecycleCont
     maxRetries: options.maxRetries ?? DEFAULT_MAX_RETRIES,
     upstreamTimeoutMs: options.requestTimeoutSecs * 1000,
     outputLengths,
+    predictionErrors,
+    outstandingWork,
     tracing: parts.recorders.tracing,
     rateLimitHeaders: options.rateLimitHeaders ?? true,
     queueDrain: new QueueDrain(),

@@ -47,6 +47,9 @@ export async function discoverWorkers(
     logger: options.logger,
     connectTimeoutSecs: options.upstreamConnectTimeoutSecs ?? 10,
     apiKey: options.workerApiKey,
+    engineSignals: options.engineSignals,
+    // Shared state counts every replica's requests already; the engine counts them too.
+    countForeignLoad: options.state === undefined,
     clock,
   });
   stops.add("workers", () => workers.close());

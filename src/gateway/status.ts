@@ -50,6 +50,10 @@ export function gatewayStatus(sources: StatusSources): Record<string, unknown> {
       tokens_per_event: Number(w.tokensPerEvent.value.toFixed(3)),
       models: w.served.kind === "models" ? w.served.models : w.served.kind,
       pool: w.group?.name ?? null,
+      // Its engine (docs/capacity.md): as configured, as recognised, and its last reading.
+      engine: w.engine ?? null,
+      engine_setting: w.engineSetting,
+      engine_signals: workers.engines.statusOf(w),
     })),
     inflight: snapshot.inflight,
     queued: snapshot.queued,

@@ -7,6 +7,7 @@ import {
   type RoutingPolicy,
 } from "../contracts/routing-policy.js";
 import { CacheAwarePolicy } from "./cache-aware.js";
+import { LeastTokensPolicy } from "./least-tokens.js";
 import type { RoutingOptions } from "./options.js";
 import { PowerOfTwoPolicy } from "./power-of-two.js";
 import { PrefixHashPolicy } from "./prefix-hash.js";
@@ -40,5 +41,7 @@ export function createRoutingPolicy<W extends RoutingCandidate>(
       return new RoundRobinPolicy<W>(observer);
     case "random":
       return new RandomPolicy<W>(observer, random);
+    case "least_tokens":
+      return new LeastTokensPolicy<W>(observer);
   }
 }

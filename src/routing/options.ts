@@ -12,6 +12,7 @@ export const POLICY_NAMES = [
   "power_of_two",
   "round_robin",
   "random",
+  "least_tokens",
 ] as const;
 export type PolicyName = (typeof POLICY_NAMES)[number];
 

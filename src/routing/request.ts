@@ -5,6 +5,7 @@
  */
 import type { IncomingHttpHeaders } from "node:http";
 import type { RoutingRequest } from "../contracts/routing-policy.js";
+import type { OutstandingWork } from "./outstanding-work.js";
 
 /**
  * The prompt as one string: each chat message as `role\ncontent\n` (text parts of a content array
@@ -58,10 +59,16 @@ function appendPromptLike(text: string, value: unknown): string {
 export class BodyRoutingRequest implements RoutingRequest {
   private text: string | undefined;
 
+  /** Tokens outstanding per worker (`least_tokens`); undefined: not counted. */
+  readonly outstandingTokens: ((url: string) => number) | undefined;
+
   constructor(
     readonly json: Record<string, unknown> | undefined,
     private readonly headers: IncomingHttpHeaders,
-  ) {}
+    work?: OutstandingWork,
+  ) {
+    this.outstandingTokens = work === undefined ? undefined : (url) => work.of(url);
+  }
 
   promptText(): string {
     this.text ??= promptTextOf(this.json);

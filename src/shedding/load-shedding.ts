@@ -7,6 +7,10 @@
  * What each sheds: the prioritizer any class but system (interactive only once bulk and default
  * are shed, by construction of its levels); keyed shedding only the classes it lists (default bulk
  * and default; never system). docs/adaptive.md states both laws and every default.
+ *
+ * The prioritizer's queue is weighed by predicted output (accounting/output-prediction.ts): a
+ * queued request counts its prediction over the mean prediction of the requests served, through
+ * a noise band (bandedWeight), so its predicted wait is in served requests' worth of work.
  */
 import type { PriorityClass } from "@sluice/scheduler/core/class.js";
 import type { Clock } from "@sluice/scheduler/core/clock.js";
@@ -77,6 +81,32 @@ export function resolveShedding(
 }
 
 const PASS: ShedVerdict = Object.freeze({ shed: false });
+/** Weight of one served request in the mean served prediction: about the last 20. */
+const MEAN_WEIGHT = 0.05;
+
+/**
+ * A request's weight from its prediction over the served mean: one within a factor of NOISE_BAND
+ * either way, and past it the ratio over the band's edge (continuous: 4x the mean counts 2, a
+ * quarter counts a half). A p95 over a window of answers moves by tens of percent from one answer
+ * to the next; weighing traffic whose requests all look alike by that noise moved the threshold
+ * for nothing (in the simulator's adaptive-cold-start, interactive TPOT SLO attainment fell from
+ * at least 95 % to 93.8 %). What the weight is for, long generations queued among short chats, is
+ * far outside the band.
+ */
+export function bandedWeight(ratio: number): number {
+  if (!(ratio > 0) || !Number.isFinite(ratio)) return 1;
+  if (ratio > NOISE_BAND) return ratio / NOISE_BAND;
+  if (ratio < 1 / NOISE_BAND) return ratio * NOISE_BAND;
+  return 1;
+}
+const NOISE_BAND = 2;
+
+/** Queued requests of one tenant in one class: all of them, and those with a predicted output. */
+interface QueuedCell {
+  n: number;
+  predicted: number;
+  predictedTokens: number;
+}
 const CALIBRATION_MS = 1000;
 
 export class LoadShedding {
@@ -89,7 +119,15 @@ export class LoadShedding {
    * cell, kept at 0 until the next calibration prunes it: a request queued and let in at once costs
    * one Map lookup each way, not a set and a delete.
    */
-  private readonly queued = new Map<PriorityClass, Map<string, { n: number }>>();
+  private readonly queued = new Map<PriorityClass, Map<string, QueuedCell>>();
+  /**
+   * Predicted output tokens of a served request, a moving mean: the unit the queue is weighed in.
+   * The completion rate counts served requests; a queued request with a prediction counts
+   * predicted / mean of them, so a queue of long answers predicts a longer wait than as many
+   * short ones. Predictions over predictions: a high quantile's bias cancels out, and a fleet whose
+   * requests all look alike is weighed exactly as by count.
+   */
+  private meanServedPrediction = 0;
   private readonly calibration: Periodic;
 
   constructor(
@@ -130,7 +168,7 @@ export class LoadShedding {
       const histogram: Array<{ level: number; count: number }> = [];
       for (const [cls, byTenant] of this.queued) {
         for (const [tenant, count] of byTenant) {
-          if (count.n > 0) histogram.push({ level: p.level(cls, tenant), count: count.n });
+          if (count.n > 0) histogram.push({ level: p.level(cls, tenant), count: this.weight(count) });
           else byTenant.delete(tenant);
         }
       }
@@ -166,17 +204,43 @@ export class LoadShedding {
     return PASS;
   }
 
-  /** A request of `tenant` entered (+1) or left (-1) the queue of `cls`. */
-  queue(cls: PriorityClass, tenant: string, delta: number): void {
+  /**
+   * A request of `tenant` entered (+1) or left (-1) the queue of `cls`; `predictedOutputTokens`:
+   * its predicted output (accounting/output-prediction.ts), the same on entry and exit.
+   */
+  queue(cls: PriorityClass, tenant: string, delta: number, predictedOutputTokens?: number): void {
     if (this.prioritizer === undefined) return;
     let byTenant = this.queued.get(cls);
     if (byTenant === undefined) {
       byTenant = new Map();
       this.queued.set(cls, byTenant);
     }
-    const count = byTenant.get(tenant);
-    if (count !== undefined) count.n = Math.max(0, count.n + delta);
-    else if (delta > 0) byTenant.set(tenant, { n: delta });
+    let count = byTenant.get(tenant);
+    if (count === undefined) {
+      if (!(delta > 0)) return;
+      count = { n: 0, predicted: 0, predictedTokens: 0 };
+      byTenant.set(tenant, count);
+    }
+    count.n = Math.max(0, count.n + delta);
+    if (predictedOutputTokens !== undefined && predictedOutputTokens > 0) {
+      count.predicted = Math.max(0, count.predicted + delta);
+      count.predictedTokens =
+        count.predicted === 0 ? 0 : Math.max(0, count.predictedTokens + delta * predictedOutputTokens);
+    }
+  }
+
+  /**
+   * A cell's queued requests in units of a served request: the predicted ones count their mean
+   * prediction over the mean served prediction (bandedWeight), the others 1. Before any such
+   * answer, each counts 1.
+   */
+  private weight(cell: QueuedCell): number {
+    const mean = this.meanServedPrediction;
+    if (!(mean > 0) || cell.predicted === 0) return cell.n;
+    const unpredicted = Math.max(0, cell.n - cell.predicted);
+    // The cell's mean prediction against the served mean, through the noise band.
+    const ratio = cell.predictedTokens / cell.predicted / mean;
+    return unpredicted + cell.predicted * bandedWeight(ratio);
   }
 
   /** How long a request of `cls` waited in the queue; `admitted`: it left with a slot. */
@@ -187,8 +251,16 @@ export class LoadShedding {
     else this.keyed?.observeGaveUp(waitMs);
   }
 
-  /** A served request's tokens: usage levels and the completion rate. */
-  served(cls: PriorityClass, tenant: string, tokens: number): void {
+  /**
+   * A served request's tokens: usage levels and the completion rate; `predictedOutputTokens`, the
+   * output it was predicted (when it had a prediction), the unit of the queue's weight.
+   */
+  served(cls: PriorityClass, tenant: string, tokens: number, predictedOutputTokens?: number): void {
+    const predicted = predictedOutputTokens;
+    if (predicted !== undefined && predicted > 0 && Number.isFinite(predicted)) {
+      const mean = this.meanServedPrediction;
+      this.meanServedPrediction = mean === 0 ? predicted : mean + MEAN_WEIGHT * (predicted - mean);
+    }
     if (this.keyedClasses.has(cls)) this.keyed?.served();
     const p = this.prioritizer;
     if (p === undefined) return;

@@ -61,6 +61,8 @@ export class RequestLog {
   e2e = new Float64Array(1024);
   prompt = new Int32Array(1024);
   output = new Int32Array(1024);
+  /** Completed requests: |predicted − actual| / actual output tokens (NaN: not measured). */
+  predictionError = new Float64Array(1024);
 
   add(r: {
     tenant: number;
@@ -74,6 +76,7 @@ export class RequestLog {
     e2e: number;
     prompt: number;
     output: number;
+    predictionError: number;
   }): void {
     if (this.size === this.tenant.length) {
       const n = this.size * 2;
@@ -88,6 +91,7 @@ export class RequestLog {
       this.e2e = grow(this.e2e, n);
       this.prompt = grow(this.prompt, n);
       this.output = grow(this.output, n);
+      this.predictionError = grow(this.predictionError, n);
     }
     const i = this.size++;
     this.tenant[i] = r.tenant;
@@ -101,5 +105,6 @@ export class RequestLog {
     this.e2e[i] = r.e2e;
     this.prompt[i] = r.prompt;
     this.output[i] = r.output;
+    this.predictionError[i] = r.predictionError;
   }
 }

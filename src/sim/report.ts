@@ -83,6 +83,11 @@ interface GroupStats {
   ttft_ms: Latency;
   tpot_ms: Latency;
   e2e_ms: Latency;
+  /**
+   * Completed answers: |predicted − actual| / actual output tokens, the gateway's predictor
+   * (accounting/output-prediction.ts) on the simulated clock; answers stopped at max_tokens left out.
+   */
+  output_prediction_error: Latency;
 }
 
 interface FairnessReport {
@@ -308,6 +313,7 @@ function groupStats(
     ttft_ms: latency(col(log.ttft)),
     tpot_ms: latency(col(log.tpot)),
     e2e_ms: latency(col(log.e2e)),
+    output_prediction_error: latency(col(log.predictionError)),
   };
 }
 

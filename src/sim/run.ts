@@ -30,6 +30,11 @@ import {
   type PriorityClass,
 } from "@sluice/scheduler/core/class.js";
 import { Slots } from "@sluice/scheduler/core/slots.js";
+import {
+  type OutputPrediction,
+  OutputPredictor,
+  predictionErrorRatio,
+} from "../accounting/output-prediction.js";
 import { PoolTicket, type TicketCounters } from "../accounting/pool-ticket.js";
 import { AdaptiveCapacity, heldBackOf } from "../capacity/adaptive.js";
 import type { AdaptiveLimitSnapshot } from "../capacity/adaptive-limit.js";
@@ -78,6 +83,10 @@ class SimRequest {
   /** Its counts in its gate (queue, in flight, served), as the gateway's lease holds them. */
   counts: PoolTicket | undefined;
   hold: BudgetHold | undefined;
+  /** Its output length as the gateway would predict it at arrival. */
+  prediction: OutputPrediction | undefined;
+  /** |predicted − actual| / actual once it completed (NaN: not measured). */
+  predictionError = Number.NaN;
   job: Job | undefined;
   workerUrl: string | undefined = undefined;
   admittedAt = Number.NaN;
@@ -438,6 +447,11 @@ export async function runPolicy(
       );
     }
   }
+  // Output lengths predicted as the gateway predicts them (accounting/output-prediction.ts), on the
+  // simulated clock; the last resort is the largest worker's KV less the prompt, as the gateway
+  // falls back on the largest context a worker reports.
+  const predictor = new OutputPredictor(() => clock.now());
+  const contextTokens = Math.max(1, ...scenario.workers.map((w) => w.profile.kvTokens));
   const sluice = SLUICE_POLICIES.includes(policyName);
   const budgets = sluice
     ? new BudgetBook({ policies: scenario.tenantPolicies, pricing: scenario.pricing, clock })
@@ -514,6 +528,12 @@ export async function runPolicy(
         );
       }
       req.counts!.served(classOfRank(req.cls), tokens);
+      // The answer teaches the predictor unless it stopped at its own limit, and says how far off it was.
+      const capped = req.tenant.spec.maxTokens !== undefined && req.output >= req.maxTokens;
+      if (!capped) predictor.learn(req.tenant.spec.key, req.tenant.spec.modelNamed, req.output);
+      if (req.prediction !== undefined) {
+        req.predictionError = predictionErrorRatio(req.prediction.tokens, req.output, capped) ?? Number.NaN;
+      }
       gate.policy.adjustCost(req.ticket!, tokens);
       req.fair!.completed(req.tenant.index, req.admittedAt, t, tokens);
       if (req.hold) budgets!.settle(req.hold, { inputTokens: req.prompt, outputTokens: req.output });
@@ -735,6 +755,7 @@ export async function runPolicy(
       e2e: ok ? t - req.firstArrival : Number.NaN,
       prompt: req.prompt,
       output: req.output,
+      predictionError: ok ? req.predictionError : Number.NaN,
     });
     if (!ok) bump(series.classes[req.cls]!.rejected, t);
     const spec = req.tenant.spec;
@@ -871,6 +892,12 @@ export async function runPolicy(
       s.estPrompt + s.maxTokens,
     );
     req.sizes = s;
+    req.prediction = predictor.predict({
+      tenant: tenant.spec.key,
+      model: tenant.spec.modelNamed,
+      maxTokens: tenant.spec.maxTokens !== undefined ? s.maxTokens : undefined,
+      contextTokens: contextTokens - s.estPrompt,
+    });
     req.blocks = blocks;
     req.attempt = attempt;
     req.id = id;
@@ -918,7 +945,9 @@ export async function runPolicy(
       shedClass = cls;
     }
     bump(cs.passed, now);
-    req.counts = new PoolTicket(gate.counters, tenant.spec.key);
+    // Shedding weighs the queue by a learnt prediction, as the gateway's lease does.
+    const predicted = req.prediction?.learned ? req.prediction.tokens : undefined;
+    req.counts = new PoolTicket(gate.counters, tenant.spec.key, predicted);
     req.counts.queued(shedClass);
     queued[m.rank]!++;
     pool.queued++;
@@ -1207,6 +1236,7 @@ export async function runPolicy(
       e2e: Number.NaN,
       prompt: req.prompt,
       output: req.output,
+      predictionError: Number.NaN,
     });
   }
   return {

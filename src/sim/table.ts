@@ -23,6 +23,8 @@ function pad(cells: string[][]): string {
 const ms = (v: number | null) =>
   v === null ? "-" : v >= 10000 ? `${(v / 1000).toFixed(1)}s` : `${Math.round(v)}`;
 const pct = (v: number | null) => (v === null ? "-" : `${(v * 100).toFixed(1)}%`);
+/** A ratio to two places ("-" when nothing was measured). */
+const ratio = (v: number | null) => (v === null ? "-" : v.toFixed(2));
 const num = (v: number) =>
   v >= 1e6 ? `${(v / 1e6).toFixed(2)}M` : v >= 1e4 ? `${(v / 1e3).toFixed(1)}k` : `${Math.round(v)}`;
 
@@ -68,6 +70,7 @@ export function summaryTable(report: Report): string {
       "e2e p99",
       "tok/s",
       "goodput",
+      "pred err p50",
     ],
   ];
   for (const p of policies) {
@@ -91,11 +94,15 @@ export function summaryTable(report: Report): string {
         ms(st.e2e_ms.p99),
         num(st.tokens_per_s),
         pct(st.slo_attainment),
+        ratio(st.output_prediction_error.p50),
       ]);
     }
   }
   out.push(pad(rows));
-  out.push("", "latencies in ms; goodput = requests that completed within their class's SLO");
+  out.push(
+    "",
+    "latencies in ms; goodput = requests that completed within their class's SLO; pred err = |predicted - actual| / actual output tokens of completed answers (docs/output-prediction.md)",
+  );
 
   if (s.pools !== undefined) {
     const poolRows: string[][] = [

@@ -24,6 +24,8 @@ export const ATTR_MODEL = "sluice.model";
 export const ATTR_POOL = "sluice.pool";
 export const ATTR_CLASS_REQUESTED = "sluice.class.requested";
 export const ATTR_CLASS_EFFECTIVE = "sluice.class.effective";
+/** Time the request waited for a slot, ms (requests that queued for one, granted or not). */
+export const ATTR_QUEUE_WAIT_MS = "sluice.queue_wait_ms";
 /** fast, queued or rejected. */
 export const ATTR_ADMISSION = "sluice.admission";
 /** ok, rejected, timeout, cancelled, preempted or error (the outcome record's `outcome`). */

@@ -4,6 +4,7 @@
  */
 
 const TRACES_PATH = "/v1/traces";
+const METRICS_PATH = "/v1/metrics";
 
 /**
  * Where spans are posted: `<endpoint>/v1/traces`, as the OTLP/HTTP spec builds the signal URL from
@@ -13,6 +14,18 @@ export function tracesUrl(endpoint: string): string {
   const url = new URL(endpoint);
   const path = url.pathname.replace(/\/+$/, "");
   url.pathname = path.endsWith(TRACES_PATH) ? path : `${path}${TRACES_PATH}`;
+  return url.href;
+}
+
+/**
+ * Where metrics are posted: `<endpoint>/v1/metrics`. An endpoint given as the traces URL
+ * (ending in /v1/traces) has that signal path swapped for the metrics one.
+ */
+export function metricsUrl(endpoint: string): string {
+  const url = new URL(endpoint);
+  let path = url.pathname.replace(/\/+$/, "");
+  if (path.endsWith(TRACES_PATH)) path = path.slice(0, -TRACES_PATH.length);
+  url.pathname = path.endsWith(METRICS_PATH) ? path : `${path}${METRICS_PATH}`;
   return url.href;
 }
 

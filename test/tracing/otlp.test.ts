@@ -5,7 +5,7 @@
  * exported, and the request path never calls into the tracing code).
  */
 import assert from "node:assert/strict";
-import { createServer, type Server } from "node:http";
+import { createServer } from "node:http";
 import type { AddressInfo } from "node:net";
 import { describe, type TestContext, test } from "node:test";
 import { parseGatewayArgs } from "../../src/cli/flags.js";
@@ -17,113 +17,14 @@ import type {
 import { otlpEndpointProblem, tracesUrl } from "../../src/tracing/endpoint.js";
 import { RequestSpans } from "../../src/tracing/request-spans.js";
 import { schedulerDoc, startFleet, writeTempFile } from "../helpers/harness.js";
-
-// --- the receiver --------------------------------------------------------------------------------
-
-type AnyValue = {
-  stringValue?: string;
-  intValue?: number | string;
-  boolValue?: boolean;
-  doubleValue?: number;
-};
-
-interface OtlpSpan {
-  traceId: string;
-  spanId: string;
-  parentSpanId?: string;
-  name: string;
-  kind: number;
-  attributes?: Array<{ key: string; value: AnyValue }>;
-  status?: { code?: number; message?: string };
-}
-
-interface OtlpExport {
-  resourceSpans: Array<{
-    resource?: { attributes?: Array<{ key: string; value: AnyValue }> };
-    scopeSpans: Array<{ spans: OtlpSpan[] }>;
-  }>;
-}
-
-/** A span as the test reads it: ids in hex, attributes as plain values. */
-interface Received {
-  traceId: string;
-  spanId: string;
-  parentSpanId: string | undefined;
-  name: string;
-  kind: number;
-  attrs: Record<string, string | number | boolean | undefined>;
-  statusCode: number;
-  serviceName: string | undefined;
-}
-
-// OTLP's SpanKind and StatusCode numbers.
-const KIND_INTERNAL = 1;
-const KIND_SERVER = 2;
-const KIND_CLIENT = 3;
-const STATUS_ERROR = 2;
-
-function plain(value: AnyValue): string | number | boolean | undefined {
-  if (value.stringValue !== undefined) return value.stringValue;
-  if (value.intValue !== undefined) return Number(value.intValue);
-  if (value.doubleValue !== undefined) return value.doubleValue;
-  return value.boolValue;
-}
-
-interface Receiver {
-  readonly endpoint: string;
-  readonly spans: Received[];
-  /** POSTs received, whatever their path. */
-  readonly posts: number;
-  readonly paths: string[];
-}
-
-async function startReceiver(t: TestContext): Promise<Receiver> {
-  const spans: Received[] = [];
-  const paths: string[] = [];
-  let posts = 0;
-  const server: Server = createServer((req, res) => {
-    const chunks: Buffer[] = [];
-    req.on("data", (c: Buffer) => chunks.push(c));
-    req.on("end", () => {
-      posts++;
-      paths.push(req.url ?? "");
-      assert.equal(req.method, "POST");
-      assert.match(String(req.headers["content-type"]), /application\/json/);
-      const doc = JSON.parse(Buffer.concat(chunks).toString("utf8")) as OtlpExport;
-      for (const rs of doc.resourceSpans) {
-        const service = rs.resource?.attributes?.find((a) => a.key === "service.name");
-        for (const ss of rs.scopeSpans) {
-          for (const s of ss.spans) {
-            const attrs: Received["attrs"] = {};
-            for (const a of s.attributes ?? []) attrs[a.key] = plain(a.value);
-            spans.push({
-              traceId: s.traceId,
-              spanId: s.spanId,
-              parentSpanId: s.parentSpanId === "" ? undefined : s.parentSpanId,
-              name: s.name,
-              kind: s.kind,
-              attrs,
-              statusCode: s.status?.code ?? 0,
-              serviceName: service === undefined ? undefined : (plain(service.value) as string),
-            });
-          }
-        }
-      }
-      res.writeHead(200, { "content-type": "application/json" }).end("{}");
-    });
-  });
-  await new Promise<void>((resolve) => server.listen(0, "127.0.0.1", resolve));
-  t.after(() => new Promise<void>((resolve) => server.close(() => resolve())));
-  const port = (server.address() as AddressInfo).port;
-  return {
-    endpoint: `http://127.0.0.1:${port}`,
-    spans,
-    get posts() {
-      return posts;
-    },
-    paths,
-  };
-}
+import {
+  KIND_CLIENT,
+  KIND_INTERNAL,
+  KIND_SERVER,
+  type Received,
+  STATUS_ERROR,
+  startReceiver,
+} from "./otlp-receiver.js";
 
 /** A client's own trace context. */
 const CLIENT_TRACE_ID = "4bf92f3577b34da6a3ce929d0e0e4736";
@@ -245,8 +146,9 @@ describe("OpenTelemetry tracing", () => {
 
     assert.ok(receiver.posts >= 1, "spans were posted");
     assert.ok(
-      receiver.paths.every((p) => p === "/v1/traces"),
-      `posted to /v1/traces: ${receiver.paths}`,
+      receiver.paths.includes("/v1/traces") &&
+        receiver.paths.every((p) => p === "/v1/traces" || p === "/v1/metrics"),
+      `posted to /v1/traces (and metrics to /v1/metrics): ${receiver.paths}`,
     );
     const spans = receiver.spans;
     const request = one(spans, "sluice.request");
@@ -273,7 +175,7 @@ describe("OpenTelemetry tracing", () => {
 
     // Children of the request span, in the same trace.
     const queue = one(spans, "sluice.queue");
-    const upstream = one(spans, "sluice.upstream");
+    const upstream = one(spans, "chat mock-llm");
     const stream = one(spans, "sluice.stream");
     for (const child of [queue, upstream, stream]) {
       assert.equal(child.traceId, CLIENT_TRACE_ID, child.name);
@@ -321,8 +223,8 @@ describe("OpenTelemetry tracing", () => {
     const request = one(receiver.spans, "sluice.request");
     assert.equal(request.attrs["sluice.attempts"], 2);
     assert.equal(request.attrs["sluice.worker"], fleet.workers[0]!.url);
-    const first = one(receiver.spans, "sluice.upstream", (s) => s.attrs["sluice.attempt"] === 1);
-    const second = one(receiver.spans, "sluice.upstream", (s) => s.attrs["sluice.attempt"] === 2);
+    const first = one(receiver.spans, "chat mock-llm", (s) => s.attrs["sluice.attempt"] === 1);
+    const second = one(receiver.spans, "chat mock-llm", (s) => s.attrs["sluice.attempt"] === 2);
     for (const attempt of [first, second]) assert.equal(attempt.parentSpanId, request.spanId);
     assert.equal(first.attrs["sluice.worker"], busy.url);
     assert.equal(first.attrs["http.response.status_code"], 503);
@@ -346,7 +248,7 @@ describe("OpenTelemetry tracing", () => {
     const request = one(receiver.spans, "sluice.request");
     assert.equal(request.parentSpanId, undefined, "a root span");
     assert.equal(request.attrs["sluice.tenant"], "anonymous");
-    const upstream = one(receiver.spans, "sluice.upstream");
+    const upstream = one(receiver.spans, "chat mock-llm");
     const sent = parseTraceparent(seenByWorker.traceparent);
     assert.equal(sent.traceId, request.traceId);
     assert.equal(sent.parentId, upstream.spanId);

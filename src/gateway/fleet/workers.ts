@@ -19,6 +19,14 @@ import { type Clock, realClock, type TimerHandle } from "@sluice/scheduler/core/
 import type { CancelSignal } from "@sluice/scheduler/core/signal.js";
 import type { Logger } from "pino";
 import { Pool } from "undici";
+import {
+  DEFAULT_ENGINE_SIGNALS,
+  type EngineChoice,
+  type EngineKind,
+} from "../../capacity/engine-signals/engine-kind.js";
+import { EngineLoad } from "../../capacity/engine-signals/engine-load.js";
+import type { SglangServerInfo } from "../../capacity/engine-signals/engine-reading.js";
+import { sglangServerInfo } from "../../capacity/engine-signals/engine-reading.js";
 import { GatewayError } from "../../contracts/gateway-error.js";
 import {
   NO_ROUTING_OBSERVER,
@@ -35,7 +43,8 @@ import {
   DEFAULT_ROUTING,
   type RoutingOptions,
 } from "../../routing/options.js";
-import type { HealthCheckOptions, WorkerPolicy, WorkerSpec } from "../options.js";
+import type { EngineSignalOptions, HealthCheckOptions, WorkerPolicy, WorkerSpec } from "../options.js";
+import { EngineSignalReader } from "./engine-signals.js";
 import type { ServedModels } from "./pool-formation.js";
 import { TokensPerEvent } from "./tokens-per-event.js";
 
@@ -70,11 +79,29 @@ export class Worker {
   everHealthy = false;
   /** Requests this gateway has in flight on the worker (the load routing policies balance). */
   inflight = 0;
+  /** Prompt tokens (the gateway's estimate) of those requests: carries the engine's KV use between scrapes. */
+  promptTokensInFlight = 0;
   /**
    * Its own limit under adaptive capacity (src/capacity/adaptive.ts sets it): routing puts no more
    * requests on it than this. Undefined in static mode: its capacity alone bounds it.
    */
   adaptiveLimit: number | undefined = undefined;
+  /** Its engine as configured (`workers[].engine`, else the fleet's `worker_engine`). */
+  readonly engineSetting: EngineChoice;
+  /** Its engine as recognised when it joined (undefined before). */
+  engine: EngineKind | undefined = undefined;
+  /** Its /metrics is scraped for load (vLLM; SGLang with --enable-metrics). */
+  scrapesMetrics = false;
+  /** What SGLang's /get_server_info said of capacity (undefined: not SGLang, or not read). */
+  sglangInfo: SglangServerInfo | undefined = undefined;
+  /** Its `GET /v1/models` cards carry `max_model_len` (vLLM's do): a hint for engine recognition. */
+  listsMaxModelLen = false;
+  /** KV cache capacity in tokens, as its engine reports it. */
+  kvCapacityTokens: number | undefined = undefined;
+  /** Its engine's last reading, carried forward by this gateway's own requests (engine-load.ts). */
+  readonly engineLoad = new EngineLoad();
+  /** Why its engine signals are unusable now (logged once); undefined while they are fine. */
+  engineProblem: string | undefined = undefined;
   private failures = 0;
   private successes = 0;
 
@@ -86,6 +113,7 @@ export class Worker {
     defaultApiKey: string | undefined,
     /** Opened by failed requests, refused connections and failed health checks. */
     readonly breaker: CircuitBreaker,
+    defaultEngine: EngineChoice = DEFAULT_ENGINE_SIGNALS.engine,
   ) {
     const url = new URL(spec.url);
     if (url.protocol !== "http:" && url.protocol !== "https:") {
@@ -93,6 +121,7 @@ export class Worker {
     }
     this.url = url.origin;
     this.configuredCapacity = spec.capacity;
+    this.engineSetting = spec.engine ?? defaultEngine;
     const key = spec.apiKey ?? defaultApiKey;
     this.authorization = key !== undefined ? `Bearer ${key}` : undefined;
     this.connectTimeoutMs = connectTimeoutMs;
@@ -130,9 +159,18 @@ export class Worker {
     return this.healthy && this.breaker.state !== "open";
   }
 
-  /** Its share of the pool's capacity: all of it, its trial requests when half-open, none when open. */
+  /**
+   * Its capacity less the requests other clients hold at its engine (at the last scrape), at least
+   * 1 so a worker busy with others' work still drains this gateway's queue one at a time.
+   */
+  get engineRoom(): number {
+    const foreign = this.engineLoad.foreign;
+    return foreign === 0 ? this.capacity : Math.max(1, this.capacity - foreign);
+  }
+
+  /** Its share of the pool's capacity: all of its room, its trial requests when half-open, none when open. */
   get availableCapacity(): number {
-    return this.breaker.capacityOf(this.capacity);
+    return this.breaker.capacityOf(this.engineRoom);
   }
 
   /**
@@ -142,7 +180,7 @@ export class Worker {
   get room(): number {
     const lifted = this.group?.pinnedRoomOf(this);
     if (lifted !== undefined) return lifted;
-    return Math.min(this.capacity, this.adaptiveLimit ?? Number.POSITIVE_INFINITY);
+    return Math.min(this.engineRoom, this.adaptiveLimit ?? Number.POSITIVE_INFINITY);
   }
 
   /**
@@ -287,6 +325,10 @@ interface WorkerPoolOptions {
   routingObserver?: RoutingObserver | undefined;
   /** Circuit breakers (default: BREAKER_COUNTING_OFF, only refused connections and health checks open). */
   breaker?: BreakerOptions | undefined;
+  /** Engine recognition and /metrics scrapes (default DEFAULT_ENGINE_SIGNALS). */
+  engineSignals?: Partial<EngineSignalOptions> | undefined;
+  /** Narrow workers' rooms by the load other clients hold at their engines (off with shared state). */
+  countForeignLoad?: boolean | undefined;
 }
 
 /** No pin: the default of `WorkerGroup.pin`. */
@@ -330,10 +372,35 @@ export class WorkerPool {
     this.clock = options.clock ?? realClock;
     const connectMs = (options.connectTimeoutSecs ?? 10) * 1000;
     const breaker = options.breaker ?? BREAKER_COUNTING_OFF;
+    const engineSettings = { ...DEFAULT_ENGINE_SIGNALS, ...options.engineSignals };
     this.workers = options.workers.map(
-      (spec) => new Worker(spec, connectMs, options.apiKey, new CircuitBreaker(breaker, this.clock)),
+      (spec) =>
+        new Worker(
+          spec,
+          connectMs,
+          options.apiKey,
+          new CircuitBreaker(breaker, this.clock),
+          engineSettings.engine,
+        ),
     );
     this.all.members = this.workers;
+    this.engines = new EngineSignalReader({
+      settings: engineSettings,
+      workers: this.workers,
+      logger: options.logger,
+      clock: this.clock,
+      get: (worker, path, timeoutMs) => this.get(worker, path, timeoutMs),
+      changed: () => this.refresh(),
+      countForeignLoad: options.countForeignLoad ?? true,
+    });
+  }
+
+  /** Engine recognition and the /metrics scrapes (docs/capacity.md). */
+  readonly engines: EngineSignalReader;
+
+  /** The pool's clock (scrape ages are measured on it). */
+  now(): number {
+    return this.clock.now();
   }
 
   /** First discovery: probe every worker once, so the admission mode is decided on real capacity. */
@@ -346,6 +413,7 @@ export class WorkerPool {
     if (this.started || this.closed) return;
     this.started = true;
     this.armProbes();
+    this.engines.start();
   }
 
   /**
@@ -589,6 +657,7 @@ export class WorkerPool {
 
   async close(): Promise<void> {
     this.closed = true;
+    this.engines.close();
     if (this.timer !== undefined) this.clock.clearTimer(this.timer);
     this.timer = undefined;
     for (const timer of this.cooldowns.values()) this.clock.clearTimer(timer);
@@ -617,9 +686,12 @@ export class WorkerPool {
     if (!worker.healthy) {
       if (worker.breaker.hold()) this.circuitChanged(worker);
     } else if (ok && worker.breaker.checkPassed(true)) this.circuitChanged(worker);
-    if (worker.healthy && (first || (flipped && !wasHealthy))) await this.readCapacity(worker);
+    const joined = worker.healthy && (first || (flipped && !wasHealthy));
+    if (joined) await this.readCapacity(worker);
     // The model list is read every round: a worker may change what it serves without going down.
     if (worker.healthy) await this.readModels(worker);
+    // Its engine, once it joined: /get_server_info and /v1/models have been read (auto uses both).
+    if (joined) await this.engines.recognise(worker);
     if (flipped && !first) {
       logger.warn(
         { worker: worker.url, healthy: worker.healthy },
@@ -631,10 +703,14 @@ export class WorkerPool {
   }
 
   private async readCapacity(worker: Worker): Promise<void> {
+    worker.sglangInfo = undefined;
     try {
       const r = await this.get(worker, "/get_server_info");
       if (r.status !== 200) return;
       const info = JSON.parse(r.body) as Record<string, unknown>;
+      const capacityInfo = sglangServerInfo(info);
+      if (capacityInfo.maxRunningRequests !== undefined || capacityInfo.maxTotalNumTokens !== undefined)
+        worker.sglangInfo = capacityInfo;
       const max = info.max_running_requests;
       const believable =
         typeof max === "number" && Number.isInteger(max) && max >= 1 && max <= MAX_REPORTED_CAPACITY;
@@ -686,6 +762,7 @@ export class WorkerPool {
       }
     }
     if (worker.contextLength === undefined && maxLen > 0) worker.contextLength = maxLen;
+    worker.listsMaxModelLen = maxLen > 0;
     if (worker.configuredModels) return;
     // No model list: the name /get_server_info gave (SGLang), else any model (the catch-all pool).
     if (ids.length === 0 && worker.infoModel !== undefined) ids.push(worker.infoModel);
@@ -699,8 +776,11 @@ export class WorkerPool {
     }
   }
 
-  private async get(worker: Worker, path: string): Promise<{ status: number; body: string }> {
-    const timeout = this.options.health.timeoutSecs * 1000;
+  private async get(
+    worker: Worker,
+    path: string,
+    timeout = this.options.health.timeoutSecs * 1000,
+  ): Promise<{ status: number; body: string }> {
     const res = await worker.pool.request({
       method: "GET",
       path,

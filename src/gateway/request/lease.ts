@@ -15,6 +15,7 @@ import { AdmissionError, BudgetRefusedError } from "@sluice/scheduler/core/error
 import type { CancelSignal } from "@sluice/scheduler/core/signal.js";
 import type { Logger } from "pino";
 import type { Dispatcher } from "undici";
+import type { OutputPrediction } from "../../accounting/output-prediction.js";
 import { PoolTicket } from "../../accounting/pool-ticket.js";
 import { type CapacityFeedback, PACE_MIN_TAIL_TOKENS } from "../../capacity/adaptive.js";
 import {
@@ -32,6 +33,8 @@ import type {
   TokenSource,
 } from "../../contracts/outcome.js";
 import type { SluiceMetrics } from "../../metrics/index.js";
+import type { PredictionErrorObserver } from "../../metrics/output-prediction.js";
+import type { OutstandingWork } from "../../routing/outstanding-work.js";
 import { retryableStatus } from "../../routing/retry.js";
 import type { RequestSpans } from "../../tracing/request-spans.js";
 import type { GatewayTracing } from "../../tracing/setup.js";
@@ -69,6 +72,10 @@ export interface LeaseContext {
   readonly upstreamTimeoutMs: number;
   /** Recent output lengths: answers of requests without max_tokens teach it (output-lengths.ts). */
   readonly outputLengths?: OutputLengths | undefined;
+  /** Tokens outstanding per worker (routing's `least_tokens`); absent: not counted. */
+  readonly outstandingWork?: OutstandingWork | undefined;
+  /** `sluice_output_prediction_error_ratio`; absent: not observed. */
+  readonly predictionErrors?: PredictionErrorObserver | undefined;
   /** `x-ratelimit-*` and `x-sluice-budget-*` on answers to identified tenants (`rate_limit_headers`). */
   readonly rateLimitHeaders: boolean;
   /** Served requests' slot-hold times: the queue-drain estimate of a queue refusal's Retry-After. */
@@ -112,8 +119,12 @@ export class Lease implements ExchangeOwner, CancelSignal {
   private readonly t0 = performance.now();
   tenant = ANONYMOUS_TENANT;
   estimate: RequestEstimate | undefined;
+  /** Prompt tokens this request counts in its worker's KV estimate while dispatched there. */
+  private heldPromptTokens = 0;
   /** The request asks for generated output (a chat, a completion), not an embedding or a score. */
   generates = false;
+  /** One answer's predicted output tokens (requests that generate; set before routing). */
+  prediction: OutputPrediction | undefined;
   hold: BudgetHold | undefined;
   /** The model pool the request was routed to (undefined until routed). */
   pool: ModelPool | undefined;
@@ -243,6 +254,9 @@ export class Lease implements ExchangeOwner, CancelSignal {
     this.ticket = new PoolTicket(
       { tenants: this.ctx.activity, feedback: pool.adaptive, shedding: pool.shedding, now: monotonicNow },
       this.tenant,
+      // Shedding weighs the queue by predicted output (every choice), when answers taught it: a
+      // ceiling (the default, the context) is no length.
+      this.prediction?.learned ? this.prediction.tokens * (this.estimate?.choices ?? 1) : undefined,
     );
   }
 
@@ -268,9 +282,24 @@ export class Lease implements ExchangeOwner, CancelSignal {
   /** The dispatch stage chose a worker. */
   dispatched(worker: Worker): void {
     this.worker = worker;
+    // Its prompt counts in the worker's KV estimate until it leaves (docs/capacity.md).
+    this.heldPromptTokens = this.estimate?.promptTokens ?? 0;
+    worker.promptTokensInFlight += this.heldPromptTokens;
+    this.ctx.outstandingWork?.add(worker.url, this.workTokens());
     this.dispatchedMs = performance.now() - this.t0;
     // The worker's in-flight count moved: its adaptive controller re-samples its usage.
     this.pool?.adaptive?.dispatched?.(worker.url);
+  }
+
+  /**
+   * What the request costs its worker in tokens, for routing's outstanding work: the prompt and the
+   * predicted output of every choice. The same on dispatch and on leaving.
+   */
+  private workTokens(): number {
+    const estimate = this.estimate;
+    if (estimate === undefined) return 0;
+    const output = this.prediction === undefined ? 0 : this.prediction.tokens * estimate.choices;
+    return estimate.promptTokens + output;
   }
 
   /** Runs the exchange with the worker; resolves with the worker's status. */
@@ -278,7 +307,8 @@ export class Lease implements ExchangeOwner, CancelSignal {
     const worker = this.worker!;
     if (this.attempts++ === 0) this.firstAttemptAt = performance.now();
     // One upstream span per attempt; the worker's traceparent names it (the client's is replaced).
-    if (this.spans !== undefined) this.spans.attemptStarted(worker.url, options);
+    if (this.spans !== undefined)
+      this.spans.attemptStarted(worker.url, options, this.estimate, worker.engine);
     return new Promise<number>((resolve, reject) => {
       this.settleExchange = resolve;
       this.failExchange = reject;
@@ -323,8 +353,10 @@ export class Lease implements ExchangeOwner, CancelSignal {
     if (worker === undefined) return;
     if (this.tried === undefined) this.tried = [worker];
     else this.tried.push(worker);
+    this.ctx.outstandingWork?.remove(worker.url, this.workTokens());
     this.worker = undefined;
     this.exchange = undefined;
+    worker.promptTokensInFlight -= this.heldPromptTokens;
     this.ctx.workers.release(worker);
   }
 
@@ -363,7 +395,8 @@ export class Lease implements ExchangeOwner, CancelSignal {
       adaptive ? (events) => this.paceMark(events) : undefined,
     );
     if (this.reader.isStream) this.reader.onOversized = (bytes) => this.oversizedEvent(bytes);
-    return this.reader;
+    // Tracing on: the answer's model and finish reasons are read on the way (never its text).
+    return this.spans === undefined ? this.reader : this.spans.watchAnswer(contentType, this.reader);
   }
 
   /** Once per stream: an SSE event passed the scanner's bound and goes to the client unread. */
@@ -425,7 +458,7 @@ export class Lease implements ExchangeOwner, CancelSignal {
   }
 
   exchangeDone(status: number): void {
-    this.spans?.exchangeDone(status);
+    this.spans?.exchangeDone(status, this.reader?.usage);
     this.settleExchange?.(status);
   }
 
@@ -475,7 +508,11 @@ export class Lease implements ExchangeOwner, CancelSignal {
       ctx.queueDrain.served(this.pool.name, performance.now() - this.admittedAt);
     }
     // Give back what the request holds.
-    if (this.worker !== undefined) ctx.workers.release(this.worker);
+    if (this.worker !== undefined) {
+      this.worker.promptTokensInFlight -= this.heldPromptTokens;
+      ctx.workers.release(this.worker);
+      ctx.outstandingWork?.remove(this.worker.url, this.workTokens());
+    }
     this.slot?.release();
     this.ticket?.ended();
     return { status, code, outcome, bytesSent };

@@ -24,12 +24,14 @@ import type { BudgetBook } from "@sluice/scheduler/core/budgets.js";
 import type { PriorityClass } from "@sluice/scheduler/core/class.js";
 import { AdmissionError } from "@sluice/scheduler/core/errors.js";
 import type { Logger } from "pino";
+import { type OutputPrediction, predictionErrorRatio } from "../../accounting/output-prediction.js";
 import type { Slot } from "../../contracts/admission-backend.js";
 import { GatewayError } from "../../contracts/gateway-error.js";
 import type { CapacityMetrics } from "../../metrics/capacity.js";
 import type { FlowControlMetrics, FlowControlOutcome } from "../../metrics/flow-control.js";
 import type { SluiceMetrics } from "../../metrics/index.js";
 import type { RetryCounter } from "../../metrics/routing.js";
+import type { OutstandingWork } from "../../routing/outstanding-work.js";
 import { BodyRoutingRequest } from "../../routing/request.js";
 import { type RetryReason, retryableFailure, retryableStatus, retryBackoffMs } from "../../routing/retry.js";
 import type { ModelPool, ModelPools } from "../fleet/model-pools.js";
@@ -64,6 +66,8 @@ export interface LifecycleContext {
   maxCostTokens(): number;
   /** Recent output lengths, for the budget reservation of a request without max_tokens. */
   readonly outputLengths: OutputLengths;
+  /** Tokens outstanding per worker: what `least_tokens` routing reads. */
+  readonly outstandingWork: OutstandingWork;
   /** `default_output_tokens`: the reservation when no history exists; undefined = the model's context. */
   readonly defaultOutputTokens: number | undefined;
   readonly capacityMetrics: CapacityMetrics;
@@ -89,6 +93,7 @@ export async function runLifecycle(ctx: LifecycleContext, lease: Lease, req: Inc
     const estimate = parseBody(ctx, req, body);
     lease.estimate = estimate;
     lease.generates = generatesOutput(req.url ?? "/");
+    if (lease.generates) lease.prediction = predictOutput(ctx, lease.tenant, estimate);
     // The tenant's own limits answer first (403 model_not_allowed before 404 model_not_found).
     policy(ctx, lease, estimate);
     const pool = route(ctx, estimate);
@@ -169,7 +174,7 @@ function policy(ctx: LifecycleContext, lease: Lease, estimate: RequestEstimate):
     outputTokens:
       estimate.outputLimited || !lease.generates
         ? estimate.maxOutputTokens
-        : outputReservation(ctx, lease.tenant, estimate),
+        : outputReservation(ctx, lease, estimate),
   });
   if (!verdict.ok) {
     ctx.metrics.countBudgetRejection(lease.tenant, verdict.code);
@@ -179,16 +184,29 @@ function policy(ctx: LifecycleContext, lease: Lease, estimate: RequestEstimate):
 }
 
 /**
- * The output a budget holds for a request that sets no limit (output-lengths.ts): the tenant's or
- * the model's recent p95 per answer, else `default_output_tokens`, else what the model's context
- * leaves after the prompt; times `n`, within the cost ceiling. Never 0: a request that may produce
- * output holds some.
+ * One answer's output length (accounting/output-prediction.ts): the tenant's or the model's recent
+ * high quantile, else `default_output_tokens`, else what the model's context leaves after the
+ * prompt; capped by the request's own limit per choice. The budget, shedding and the metric read it.
  */
-function outputReservation(ctx: LifecycleContext, tenant: string, estimate: RequestEstimate): number {
+function predictOutput(ctx: LifecycleContext, tenant: string, estimate: RequestEstimate): OutputPrediction {
+  const context = Math.max(1, ctx.maxCostTokens() - estimate.promptTokens);
+  return ctx.outputLengths.predict({
+    tenant,
+    model: estimate.model,
+    maxTokens: estimate.outputLimited ? estimate.maxOutputTokens / estimate.choices : undefined,
+    defaultOutputTokens: ctx.defaultOutputTokens,
+    contextTokens: context,
+  });
+}
+
+/**
+ * The output a budget holds for a request that sets no limit: the prediction per answer, times
+ * `n`, within the cost ceiling. Never 0: a request that may produce output holds some.
+ */
+function outputReservation(ctx: LifecycleContext, lease: Lease, estimate: RequestEstimate): number {
   const ceiling = ctx.maxCostTokens();
-  const context = Math.max(1, ceiling - estimate.promptTokens);
-  const per = ctx.outputLengths.reservation(tenant, estimate.model, ctx.defaultOutputTokens, context);
-  return Math.max(1, Math.min(Math.min(per.tokens, ceiling) * estimate.choices, ceiling));
+  const per = (lease.prediction ?? predictOutput(ctx, lease.tenant, estimate)).tokens;
+  return Math.max(1, Math.min(Math.min(per, ceiling) * estimate.choices, ceiling));
 }
 
 // --- route -------------------------------------------------------------------------------------
@@ -325,7 +343,7 @@ function dispatch(
   req: IncomingMessage,
   estimate: RequestEstimate,
 ): Promise<void> | undefined {
-  const routing = new BodyRoutingRequest(estimate.json, req.headers);
+  const routing = new BodyRoutingRequest(estimate.json, req.headers, ctx.outstandingWork);
   // Inside its pool, only a worker that serves the request's model.
   const model = estimate.model ?? ctx.pools.defaultModel;
   const now = ctx.workers.tryAcquire(pool.workers, routing, model);
@@ -409,7 +427,7 @@ async function retried(
     return false;
   }
   const model = estimate.model ?? ctx.pools.defaultModel;
-  const routing = new BodyRoutingRequest(estimate.json, req.headers);
+  const routing = new BodyRoutingRequest(estimate.json, req.headers, ctx.outstandingWork);
   const next = ctx.workers.tryAcquireFor(pool.workers, routing, model, (w) => lease.untried(w));
   if (next === undefined) return stopRetrying(status);
   const failed = lease.worker!;
@@ -495,16 +513,24 @@ function settle(lease: Lease, ending: Ending): void {
   slot?.settle(tokens);
   if (charge !== undefined) {
     metrics.countTenantTokens(tenant, charge.usage.inputTokens, charge.usage.outputTokens);
-    // An answer the model ended by itself teaches what requests without a limit produce.
+    // An answer the model ended by itself (no limit, or under it) teaches the predictor; one that
+    // stopped at its limit says only that the model had more to say.
     if (
       estimate !== undefined &&
       lease.generates &&
-      !estimate.outputLimited &&
       charge.source !== "estimated" &&
       workerAnswered &&
       status < 400
     ) {
-      outputLengths?.learn(tenant, estimate.model, charge.usage.outputTokens / estimate.choices);
+      const perChoice = charge.usage.outputTokens / estimate.choices;
+      const capped = estimate.outputLimited && perChoice >= estimate.maxOutputTokens / estimate.choices;
+      if (!capped) outputLengths?.learn(tenant, estimate.model, perChoice);
+      const prediction = lease.prediction;
+      if (prediction !== undefined) {
+        const ratio = predictionErrorRatio(prediction.tokens, perChoice, capped);
+        if (ratio !== undefined)
+          lease.ctx.predictionErrors?.observe(lease.pool?.name ?? "", prediction.source, ratio);
+      }
     }
   }
 

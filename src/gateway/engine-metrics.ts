@@ -1,0 +1,69 @@
+/**
+ * Per worker series of its engine's last reading (docs/capacity.md), read at scrape time. Labels
+ * `worker` (its URL) and `pool` (its model pool, "" while in none); a worker with no reading (an
+ * OpenAI-compatible server, SGLang without --enable-metrics) has no series.
+ */
+import { Gauge, type Registry } from "prom-client";
+import type { WorkerPool } from "./fleet/workers.js";
+
+export const ENGINE_METRIC_NAMES = {
+  running: "sluice_worker_engine_running",
+  waiting: "sluice_worker_engine_waiting",
+  foreign: "sluice_worker_engine_foreign_requests",
+  kvUtilization: "sluice_worker_kv_utilization",
+  kvEstimated: "sluice_worker_kv_utilization_estimated",
+  kvCapacity: "sluice_worker_kv_capacity_tokens",
+  scrapeAge: "sluice_worker_scrape_age_seconds",
+} as const;
+
+export function registerEngineMetrics(registry: Registry, workers: WorkerPool, now: () => number): void {
+  const registers = [registry];
+  const perWorker = (
+    name: string,
+    help: string,
+    read: (w: WorkerPool["workers"][number]) => number | undefined,
+  ) =>
+    new Gauge({
+      name,
+      help,
+      labelNames: ["worker", "pool"],
+      registers,
+      collect() {
+        this.reset();
+        for (const w of workers.workers) {
+          if (w.engineLoad.latest === undefined) continue;
+          const value = read(w);
+          if (value !== undefined) this.set({ worker: w.url, pool: w.group?.name ?? "" }, value);
+        }
+      },
+    });
+  const M = ENGINE_METRIC_NAMES;
+  perWorker(
+    M.running,
+    "Requests the worker's engine runs, at its last scrape.",
+    (w) => w.engineLoad.latest?.reading.running,
+  );
+  perWorker(
+    M.waiting,
+    "Requests queued inside the worker's engine, at its last scrape.",
+    (w) => w.engineLoad.latest?.reading.waiting,
+  );
+  perWorker(
+    M.foreign,
+    "Requests other clients held at the worker's engine at its last scrape (they narrow this gateway's room).",
+    (w) => w.engineLoad.foreign,
+  );
+  perWorker(
+    M.kvUtilization,
+    "KV cache in use at the worker's engine, 0..1, at its last scrape.",
+    (w) => w.engineLoad.latest?.reading.kvUtilization,
+  );
+  perWorker(
+    M.kvCapacity,
+    "KV cache capacity in tokens the worker's engine reports.",
+    (w) => w.kvCapacityTokens,
+  );
+  perWorker(M.scrapeAge, "Seconds since the worker's engine signals were last read.", (w) =>
+    w.engineLoad.ageSeconds(now()),
+  );
+}
