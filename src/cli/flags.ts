@@ -44,6 +44,10 @@ export function buildCommand(): Command {
     // Shown in --help; the value itself is taken from the row when no layer gives one.
     if (row.default !== undefined) opt.default(row.default);
     cmd.addOption(opt);
+    // A switch that is on by default is turned off with --no-<flag> (commander pairs the two).
+    if (row.kind === "switch" && row.default === true) {
+      cmd.addOption(new Option(`--no-${flagOf(key).slice(2)}`, `turn ${flagOf(key)} off`));
+    }
   }
   return cmd;
 }

@@ -9,7 +9,8 @@ export const FLAGS_TABLE_HEADER = "| Flag | Environment | Default | Meaning |";
 
 /** `--port PORT`, `--worker-urls URL...`, `--require-auth`. */
 function flagCell(key: OptionKey): string {
-  const arg = GATEWAY_OPTIONS[key].arg;
+  const { arg, kind, default: on } = GATEWAY_OPTIONS[key];
+  if (kind === "switch" && on === true) return `\`${flagOf(key)}\` / \`--no-${flagOf(key).slice(2)}\``;
   const shown = arg === undefined ? flagOf(key) : `${flagOf(key)} ${arg.replace(/^<|>$/g, "").toUpperCase()}`;
   return `\`${shown}\``;
 }
@@ -19,6 +20,7 @@ function defaultCell(key: OptionKey): string {
   if (row.docDefault !== undefined) return row.docDefault;
   if (row.default === undefined) return "unset";
   if (row.default === false) return "off";
+  if (row.default === true) return "on";
   return `\`${String(row.default)}\``;
 }
 

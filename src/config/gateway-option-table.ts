@@ -99,6 +99,11 @@ function toggle(row: RowText): OptionRow<boolean> {
   };
 }
 
+/** A switch that is on unless turned off: `--no-<flag>` beside `--<flag>`, `false` in YAML or the environment. */
+function toggleOn(row: RowText): OptionRow<boolean> {
+  return { ...toggle(row), default: true };
+}
+
 export const GATEWAY_OPTIONS = {
   worker_urls: list({
     arg: "<url...>",
@@ -554,6 +559,10 @@ export const GATEWAY_OPTIONS = {
     default: DEFAULT_ENGINE_SIGNALS.scrapeTimeoutMs,
     help: "timeout of one /metrics scrape (a late one keeps the last reading)",
     doc: "timeout of one `/metrics` scrape; a failed scrape keeps the last reading (its age shows in the status)",
+  }),
+  rate_limit_headers: toggleOn({
+    help: "send x-ratelimit-* and x-sluice-budget-* headers to identified tenants (--no-rate-limit-headers: off; Retry-After stays)",
+    doc: "`x-ratelimit-{limit,remaining,reset}-{requests,tokens}` and `x-sluice-budget-remaining-{tokens,usd}` on every answer to a tenant with such limits (docs/rate-limit-headers.md); `--no-rate-limit-headers` turns them off, Retry-After stays",
   }),
   config: {
     ...value({

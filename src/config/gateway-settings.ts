@@ -120,6 +120,8 @@ export interface GatewayStartSettings {
   maxCostTokens: number | undefined;
   /** Output tokens a budget reserves for a request without max_tokens and no history (docs/tenants.md). */
   defaultOutputTokens: number | undefined;
+  /** `x-ratelimit-*` and `x-sluice-budget-*` answer headers (docs/rate-limit-headers.md). */
+  rateLimitHeaders: boolean;
   capacity: CapacityOptions;
   shedding: LoadSheddingOptions;
   /** The routing policies' knobs (docs/routing.md). */

@@ -84,6 +84,7 @@ export function resolveGatewaySettings({
     workerApiKey: values.worker_api_key,
     maxCostTokens: values.max_cost_tokens,
     defaultOutputTokens: values.default_output_tokens,
+    rateLimitHeaders: values.rate_limit_headers,
     capacity: capacitySettings(values, file, configPath),
     shedding: fileShedding(file, configPath),
     routing: {

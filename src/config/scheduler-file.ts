@@ -44,6 +44,7 @@ const tenantPolicyShape = {
   max_class: classEnum.optional(),
   weight: z.number({ error: M.number }).gt(0, M.aboveZero).optional(),
   tokens_per_minute: z.number({ error: M.number }).gt(0, M.aboveZero).optional(),
+  requests_per_minute: z.number({ error: M.number }).gt(0, M.aboveZero).optional(),
   budget_tokens: z.number({ error: M.number }).min(0, M.atLeastZero).optional(),
   budget_cost_usd: z.number({ error: M.number }).min(0, M.atLeastZero).optional(),
   budget_period: z.enum(["day", "month"], { error: () => M.period }).optional(),

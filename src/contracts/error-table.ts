@@ -37,22 +37,28 @@ function row(
 
 export const ERROR_TABLE = {
   // The priority scheduler (the contract's codes).
-  scheduler_queue_full: row(429, true, "none", "the class queue is full"),
+  scheduler_queue_full: row(429, true, "computed", "the class queue is full"),
   scheduler_queue_timeout: row(
     408,
     true,
-    "none",
+    "computed",
     "the request waited its class's queue timeout without admission",
     "timeout",
   ),
-  scheduler_preempted: row(503, true, 1, "a higher class took the slot before the first byte", "preempted"),
+  scheduler_preempted: row(
+    503,
+    true,
+    "computed",
+    "a higher class took the slot before the first byte",
+    "preempted",
+  ),
   scheduler_client_cancelled: row(499, false, "none", "the client went away", "cancelled"),
   // Shared state (Redis) unreachable with --state-fail-mode closed (docs/replicas.md).
   scheduler_unavailable: row(503, true, 1, "the shared scheduler state is unavailable"),
   // Shedding at the door (docs/adaptive.md).
   load_shed: row(503, true, "computed", "the gateway is shedding load; retry later"),
   // Legacy admission (scheduler disabled or failed safe).
-  admission_queue_full: row(429, true, 1, "the admission queue is full"),
+  admission_queue_full: row(429, true, "computed", "the admission queue is full"),
   admission_queue_timeout: row(
     408,
     true,
@@ -66,8 +72,9 @@ export const ERROR_TABLE = {
   invalid_api_key: row(401, false, "none", "the API key is not valid"),
   tenant_inactive: row(403, false, "none", "the tenant is suspended or outside its access windows"),
   model_not_allowed: row(403, false, "none", "the tenant may not use this model"),
-  tenant_budget_exhausted: row(403, false, "none", "the tenant's budget for this period is used up"),
+  tenant_budget_exhausted: row(403, false, "computed", "the tenant's budget for this period is used up"),
   token_budget_exceeded: row(429, true, "computed", "the tenant is over its tokens per minute"),
+  request_rate_exceeded: row(429, true, "computed", "the tenant is over its requests per minute"),
   // The request itself.
   invalid_request_target: row(400, false, "none", "the request target must be a path"),
   method_not_allowed: row(405, false, "none", "the method is not supported"),
@@ -93,11 +100,11 @@ export const ERROR_TABLE = {
   invalid_request: row(400, false, "none", "the request cannot be forwarded as sent"),
   too_many_connections: row(503, true, 1, "the gateway has too many client connections open"),
   // The workers.
-  no_healthy_workers: row(503, true, 1, "no healthy worker is available", "error"),
+  no_healthy_workers: row(503, true, "computed", "no healthy worker is available", "error"),
   worker_room_timeout: row(
     503,
     true,
-    1,
+    "computed",
     "no worker of the request's pool had room for it within the dispatch bound",
     "timeout",
   ),

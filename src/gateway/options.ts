@@ -88,6 +88,8 @@ export interface GatewayOptions {
    * ceiling less the prompt (the model's context). docs/tenants.md, "Token accounting".
    */
   defaultOutputTokens?: number | undefined;
+  /** `x-ratelimit-*` and `x-sluice-budget-*` answer headers to identified tenants; default true. */
+  rateLimitHeaders?: boolean | undefined;
   /** Static (default) or adaptive capacity. */
   capacity?: CapacityOptions | undefined;
   /** Shedding at the door (`load_shedding`, `keyed_shedding` in the gateway file); off when absent. */

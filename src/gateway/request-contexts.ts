@@ -3,6 +3,7 @@
  * the request limits, gathered once at start.
  */
 import type { BudgetBook } from "@sluice/scheduler/core/budgets.js";
+import { realClock } from "@sluice/scheduler/core/clock.js";
 import { describePredictionChain } from "../accounting/output-prediction.js";
 import type { OutcomeSink } from "../contracts/outcome.js";
 import type { SluiceMetrics } from "../metrics/index.js";
@@ -18,6 +19,7 @@ import { DEFAULT_MAX_COST_TOKENS } from "./request/cost.js";
 import type { LeaseContext } from "./request/lease.js";
 import type { LifecycleContext } from "./request/lifecycle.js";
 import { OutputLengths } from "./request/output-lengths.js";
+import { QueueDrain } from "./request/queue-drain.js";
 import type { Fleet } from "./start-pools.js";
 import type { TenantActivity } from "./tenancy/tenant-activity.js";
 
@@ -81,6 +83,10 @@ export function requestContexts(parts: RequestParts): { lifecycle: LifecycleCont
     predictionErrors,
     outstandingWork,
     tracing: parts.recorders.tracing,
+    rateLimitHeaders: options.rateLimitHeaders ?? true,
+    queueDrain: new QueueDrain(),
+    clock: options.clock ?? realClock,
+    healthIntervalSecs: options.health.intervalSecs,
   };
   return { lifecycle, leases };
 }

@@ -383,6 +383,7 @@ export function createMetrics(options: MetricsOptions = {}): SluiceMetrics {
       "model_not_allowed",
       "tenant_budget_exhausted",
       "token_budget_exceeded",
+      "request_rate_exceeded",
     ]) {
       budgetRejections.remove({ tenant, reason });
     }

@@ -23,6 +23,7 @@ export const OUTCOMES = [
   "upstream_reset",
   "context_length",
   "unfinished",
+  "request_rate_exceeded",
 ] as const;
 export type Outcome = (typeof OUTCOMES)[number];
 export const OUTCOME_INDEX: Readonly<Record<Outcome, number>> = Object.fromEntries(

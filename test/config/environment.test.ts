@@ -87,6 +87,7 @@ const SAMPLES: Record<OptionKey, [string, unknown]> = {
   worker_engine: ["vllm", "vllm"],
   engine_scrape_interval_ms: ["500", 500],
   engine_scrape_timeout_ms: ["250", 250],
+  rate_limit_headers: ["false", false],
   config: ["/etc/sluice.yaml", "/etc/sluice.yaml"],
 };
 

@@ -125,9 +125,10 @@ describe("tenancy outcomes over HTTP", () => {
     assertError(reply, 429, "token_budget_exceeded");
     assert.equal(reply.headers["retry-after"], "5");
 
-    // The 403s carry no Retry-After (waiting does not help within the period).
+    // A suspended tenant's 403 carries no Retry-After (waiting does not help); a used-up term
+    // budget's says when its period ends: February 1st, past a day away, so the one-day cap.
     assert.equal((await stack.chatAs("suspended")).headers["retry-after"], undefined);
-    assert.equal((await stack.chatAs("capped")).headers["retry-after"], undefined);
+    assert.equal((await stack.chatAs("capped")).headers["retry-after"], "86400");
 
     // Rejected requests never reached the worker: only the 4 admitted ones did.
     assert.equal(worker.stats().totalRequests, 4);

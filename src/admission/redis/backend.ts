@@ -100,7 +100,7 @@ interface GlobalView {
   reservedAt: number | undefined;
 }
 
-const EMPTY_ARGS: ReadonlyArray<string | number> = [0, 0, -1, -1, -1, 0];
+const EMPTY_ARGS: ReadonlyArray<string | number> = [0, 0, -1, -1, -1, 0, -1];
 
 function accountingUnits(cost: number, weight: number): number {
   const c = !(cost >= 0) ? 1 : Math.min(cost, MAX_CHARGE_TOKENS);
@@ -410,7 +410,10 @@ export class RedisAdmissionBackend implements AdmissionBackend, SlotOwner, Wakeu
     }
     this.readView(out, 3);
     const hold = waiter.hold;
-    if (hold !== undefined && out[1] === "1") hold.reserved = true;
+    if (hold !== undefined && out[1] === "1") {
+      hold.reserved = true;
+      this.budgets?.noteReserved(hold);
+    }
     const cls = classOfRank(waiter.rank);
     switch (status) {
       case "fast":

@@ -20,6 +20,7 @@ import {
   type BudgetRejection,
   type BudgetRemaining,
   periodStart,
+  secsToPeriodEnd,
   type Usage,
 } from "@sluice/scheduler/core/budgets.js";
 import type { Clock } from "@sluice/scheduler/core/clock.js";
@@ -62,7 +63,7 @@ export class SharedHold implements BudgetHold {
     return this.policy.tokens_per_minute ?? -1;
   }
 
-  /** Keys and arguments of a reservation inside a script (admit: ARGV +10..+15). */
+  /** Keys and arguments of a reservation inside a script (admit: ARGV +10..+16). */
   reservationArgs(): Array<string | number> {
     return [
       this.tokens,
@@ -71,11 +72,12 @@ export class SharedHold implements BudgetHold {
       this.policy.budget_tokens ?? -1,
       this.policy.budget_cost_usd ?? -1,
       this.periodStart,
+      this.policy.requests_per_minute ?? -1,
     ];
   }
 }
 
-/** The refusal for a reservation the script refused (`tokens`, `usd` or `tpm`). */
+/** The refusal for a reservation the script refused (`tokens`, `usd`, `tpm` or `rpm`). */
 export function budgetRefusal(hold: SharedHold, reason: string, detail: string): BudgetRefusedError {
   const { tenant, policy } = hold;
   const period = policy.budget_period ?? "month";
@@ -86,11 +88,20 @@ export function budgetRefusal(hold: SharedHold, reason: string, detail: string):
       Number(detail),
     );
   }
+  if (reason === "rpm") {
+    return new BudgetRefusedError(
+      "request_rate_exceeded",
+      `tenant ${tenant} is over its ${policy.requests_per_minute} requests per minute`,
+      Number(detail),
+    );
+  }
   const unit = reason === "usd" ? "USD" : "tokens";
   const limit = reason === "usd" ? policy.budget_cost_usd : policy.budget_tokens;
   return new BudgetRefusedError(
     "tenant_budget_exhausted",
     `tenant ${tenant} has used its ${limit} ${unit} budget for this ${period} (UTC): ${Number(detail)} left, the request needs ${reason === "usd" ? hold.usd : hold.tokens}`,
+    // Nothing frees up before the period ends (Redis time and this replica's agree to the second).
+    secsToPeriodEnd(period, Date.now()),
   );
 }
 
@@ -113,6 +124,7 @@ function hasAccount(policy: TenantPolicy | undefined): policy is TenantPolicy {
   return (
     policy !== undefined &&
     (policy.tokens_per_minute !== undefined ||
+      policy.requests_per_minute !== undefined ||
       policy.budget_tokens !== undefined ||
       policy.budget_cost_usd !== undefined)
   );
@@ -183,6 +195,7 @@ export class SharedBudgetBook extends BudgetBook {
     )) as string[];
     this.shared.onRoundTrip?.("budget", (performance.now() - started) / 1000);
     // "dup": this hold's own reservation is already in Redis (the id is the gateway's, unique).
+    if (verdict[0] === "ok") this.noteReserved(hold);
     if (verdict[0] === "ok" || verdict[0] === "dup") hold.reserved = true;
     else throw budgetRefusal(hold, verdict[0]!, verdict[1] ?? "0");
   }
@@ -237,6 +250,24 @@ export class SharedBudgetBook extends BudgetBook {
     if (this.localHolds.has(hold)) this.settleLocal(hold, undefined, true);
   }
 
+  /**
+   * A reservation of this replica's went through: what is left, as last read from Redis, goes down
+   * by it at once, so the next answer's rate-limit headers count it before the next refresh reads
+   * the fleet-wide figures (docs/rate-limit-headers.md).
+   */
+  noteReserved(hold: SharedHold): void {
+    const left = this.cached.get(hold.tenant) ?? this.full(hold.policy);
+    const next: BudgetRemaining = { ...left };
+    if (next.tokens_per_minute !== undefined)
+      next.tokens_per_minute = Math.max(0, next.tokens_per_minute - hold.tokens);
+    if (next.requests_per_minute !== undefined)
+      next.requests_per_minute = Math.max(0, next.requests_per_minute - 1);
+    if (next.budget_tokens !== undefined) next.budget_tokens = Math.max(0, next.budget_tokens - hold.tokens);
+    if (next.budget_cost_usd !== undefined)
+      next.budget_cost_usd = Math.max(0, next.budget_cost_usd - hold.usd);
+    this.cached.set(hold.tenant, next);
+  }
+
   override remaining(tenant: string): BudgetRemaining {
     if (this.local !== undefined) return this.local.remaining(tenant);
     const policy = this.policyOf(tenant);
@@ -247,6 +278,7 @@ export class SharedBudgetBook extends BudgetBook {
   private full(policy: TenantPolicy): BudgetRemaining {
     const out: BudgetRemaining = {};
     if (policy.tokens_per_minute !== undefined) out.tokens_per_minute = policy.tokens_per_minute;
+    if (policy.requests_per_minute !== undefined) out.requests_per_minute = policy.requests_per_minute;
     if (policy.budget_tokens !== undefined) out.budget_tokens = policy.budget_tokens;
     if (policy.budget_cost_usd !== undefined) out.budget_cost_usd = policy.budget_cost_usd;
     return out;
@@ -301,6 +333,8 @@ export class SharedBudgetBook extends BudgetBook {
       const left = this.cached.get(tenant);
       const share: TenantPolicy = { ...policy };
       if (policy.tokens_per_minute !== undefined) share.tokens_per_minute = policy.tokens_per_minute / n;
+      if (policy.requests_per_minute !== undefined)
+        share.requests_per_minute = policy.requests_per_minute / n;
       if (policy.budget_tokens !== undefined)
         share.budget_tokens = (left?.budget_tokens ?? policy.budget_tokens) / n;
       if (policy.budget_cost_usd !== undefined)
@@ -350,17 +384,23 @@ export class SharedBudgetBook extends BudgetBook {
       if (!hasAccount(policy)) continue;
       tenants.push(tenant);
       keys.push(this.shared.keys.budget(tenant));
-      args.push(policy.tokens_per_minute ?? -1, periodStart(policy.budget_period ?? "month", epoch));
+      args.push(
+        policy.tokens_per_minute ?? -1,
+        periodStart(policy.budget_period ?? "month", epoch),
+        policy.requests_per_minute ?? -1,
+      );
     }
     if (tenants.length === 0) return;
     const out = (await runScript(this.shared.client, "sluiceBudgetPeek", keys, args)) as string[];
     tenants.forEach((tenant, i) => {
       const policy = this.policyOf(tenant)!;
       const left: BudgetRemaining = {};
-      const level = Number(out[3 * i]);
-      const used = Number(out[3 * i + 1]);
-      const usd = Number(out[3 * i + 2]);
+      const level = Number(out[4 * i]);
+      const used = Number(out[4 * i + 1]);
+      const usd = Number(out[4 * i + 2]);
+      const requests = Number(out[4 * i + 3]);
       if (policy.tokens_per_minute !== undefined) left.tokens_per_minute = Math.max(0, level);
+      if (policy.requests_per_minute !== undefined) left.requests_per_minute = Math.max(0, requests);
       if (policy.budget_tokens !== undefined) left.budget_tokens = Math.max(0, policy.budget_tokens - used);
       if (policy.budget_cost_usd !== undefined)
         left.budget_cost_usd = Math.max(0, policy.budget_cost_usd - usd);

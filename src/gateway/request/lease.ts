@@ -9,6 +9,8 @@
  */
 import type { IncomingMessage, ServerResponse } from "node:http";
 import type { BudgetBook, BudgetHold, Usage } from "@sluice/scheduler/core/budgets.js";
+import type { PriorityClass } from "@sluice/scheduler/core/class.js";
+import type { Clock } from "@sluice/scheduler/core/clock.js";
 import { AdmissionError, BudgetRefusedError } from "@sluice/scheduler/core/errors.js";
 import type { CancelSignal } from "@sluice/scheduler/core/signal.js";
 import type { Logger } from "pino";
@@ -42,10 +44,13 @@ import type { Worker, WorkerPool } from "../fleet/workers.js";
 import { closeAfterAnswer } from "../http/client-guard.js";
 import { requestedPriority } from "../http/headers.js";
 import { sendError } from "../http/http-errors.js";
+import { rateLimitHeaders } from "../http/rate-limit-headers.js";
 import type { TenantActivity } from "../tenancy/tenant-activity.js";
 import { ANONYMOUS_TENANT } from "../tenancy/tenants.js";
 import type { RequestEstimate } from "./cost.js";
 import type { OutputLengths } from "./output-lengths.js";
+import type { QueueDrain } from "./queue-drain.js";
+import { retryAfterSecsFor, secsUntilWorkerBack } from "./retry-after.js";
 import { type BodyTransform, type ExchangeOwner, UpstreamExchange, upstreamFailure } from "./upstream.js";
 import { MAX_PENDING_BYTES, UsageReader } from "./usage.js";
 
@@ -71,6 +76,14 @@ export interface LeaseContext {
   readonly outstandingWork?: OutstandingWork | undefined;
   /** `sluice_output_prediction_error_ratio`; absent: not observed. */
   readonly predictionErrors?: PredictionErrorObserver | undefined;
+  /** `x-ratelimit-*` and `x-sluice-budget-*` on answers to identified tenants (`rate_limit_headers`). */
+  readonly rateLimitHeaders: boolean;
+  /** Served requests' slot-hold times: the queue-drain estimate of a queue refusal's Retry-After. */
+  readonly queueDrain: QueueDrain;
+  /** The gateway's clock (the workers' circuit cooldowns are on it). */
+  readonly clock: Clock;
+  /** `health_check_interval_secs`: the longest until a worker out of rotation may be seen back. */
+  readonly healthIntervalSecs: number;
 }
 
 /** The tokens a served request is charged, and where they come from. */
@@ -118,6 +131,11 @@ export class Lease implements ExchangeOwner, CancelSignal {
   /** The request's counts in its pool (undefined until routed). */
   ticket: PoolTicket | undefined;
   slot: Slot | undefined;
+  /**
+   * The class the request is admitted (or was refused) under, after the tenant's clamp, once
+   * classified: sent as `X-Sluice-Class`.
+   */
+  effectiveClass: PriorityClass | undefined;
   worker: Worker | undefined;
   /** The request's spans when tracing is on; undefined when off (every hook is one `?.`). */
   readonly spans: RequestSpans | undefined;
@@ -150,6 +168,8 @@ export class Lease implements ExchangeOwner, CancelSignal {
   private ttftSent = false;
   /** When the worker was chosen, ms since arrival: TTFT for capacity starts here, not at arrival. */
   private dispatchedMs: number | undefined;
+  /** When the slot was granted (performance.now()): its hold time feeds the queue-drain estimate. */
+  private admittedAt: number | undefined;
   /** Time in the queue of a request that left it without a slot (408, 499, 429), ms. */
   private queuedMs = 0;
   private clientGone = false;
@@ -198,6 +218,11 @@ export class Lease implements ExchangeOwner, CancelSignal {
     for (const listener of listeners) listener();
   }
 
+  /** Bytes of the answer have gone out (its head at least). */
+  get answerStarted(): boolean {
+    return this.res.headersSent;
+  }
+
   get isClientGone(): boolean {
     return this.clientGone;
   }
@@ -238,6 +263,7 @@ export class Lease implements ExchangeOwner, CancelSignal {
   /** The admit stage got a slot: from now on the lease holds it. */
   admitted(slot: Slot): void {
     this.slot = slot;
+    this.admittedAt = performance.now();
     slot.onPreempt(this.onPreempted);
     this.spans?.admitted(slot.admission);
     this.answerHeaders.push(
@@ -473,10 +499,14 @@ export class Lease implements ExchangeOwner, CancelSignal {
         if (!res.destroyed) res.destroy();
       } else {
         if (!this.req.complete) closeAfterAnswer(this.req, res);
-        sendError(res, error, { "x-request-id": this.requestId });
+        sendError(res, this.withRetryAfter(error), this.refusalHeaders());
       }
     }
 
+    // A served request's slot-hold time is what the next queue refusal's Retry-After is made of.
+    if (this.admittedAt !== undefined && this.pool !== undefined && status < 400 && !this.aborted) {
+      ctx.queueDrain.served(this.pool.name, performance.now() - this.admittedAt);
+    }
     // Give back what the request holds.
     if (this.worker !== undefined) {
       this.worker.promptTokensInFlight -= this.heldPromptTokens;
@@ -590,6 +620,59 @@ export class Lease implements ExchangeOwner, CancelSignal {
     }
     const outputTokens = this.generates ? Math.max(1, reader?.estimatedOutputTokens ?? 1) : 0;
     return { usage: { inputTokens, outputTokens }, source: "estimated" };
+  }
+
+  /**
+   * The headers sluice adds to the worker's answer: the request id, the admission and queue wait,
+   * `X-Sluice-Class`, and the tenant's rate-limit headers as they stand now (after this request's
+   * hold). Read once, as the answer's head goes out.
+   */
+  headersForAnswer(): string[] {
+    const headers = [...this.answerHeaders];
+    if (this.effectiveClass !== undefined) headers.push("x-sluice-class", this.effectiveClass);
+    for (const h of this.tenantRateLimits()) headers.push(h);
+    return headers;
+  }
+
+  /** The headers of a refusal: the request id, the class once known, the rate-limit headers. */
+  private refusalHeaders(): Record<string, string> {
+    const out: Record<string, string> = { "x-request-id": this.requestId };
+    if (this.effectiveClass !== undefined) out["x-sluice-class"] = this.effectiveClass;
+    const limits = this.tenantRateLimits();
+    for (let i = 0; i + 1 < limits.length; i += 2) out[limits[i]!] = limits[i + 1]!;
+    return out;
+  }
+
+  /** The rate-limit headers for an identified tenant with such limits; empty otherwise or when off. */
+  private tenantRateLimits(): string[] {
+    if (!this.ctx.rateLimitHeaders || this.tenant === ANONYMOUS_TENANT) return [];
+    const policy = this.ctx.budgets.policyOf(this.tenant);
+    if (policy === undefined) return [];
+    return rateLimitHeaders(policy, this.ctx.budgets.remaining(this.tenant));
+  }
+
+  /** The error with the Retry-After of what will free up (retry-after.ts), for codes that carry one. */
+  private withRetryAfter(error: GatewayError): GatewayError {
+    const { ctx } = this;
+    const secs = retryAfterSecsFor(error.code, error.retryAfterSecs, {
+      drain: ctx.queueDrain,
+      pool: this.pool,
+      cls: this.effectiveClass,
+      workerReturnSecs:
+        error.code === "no_healthy_workers"
+          ? secsUntilWorkerBack(
+              this.pool?.workers.members ?? ctx.workers.workers,
+              ctx.clock.now(),
+              ctx.healthIntervalSecs,
+            )
+          : 0,
+    });
+    if (secs === error.retryAfterSecs || ERROR_TABLE[error.code].retryAfter !== "computed") return error;
+    return new GatewayError(error.code, error.message, {
+      param: error.param,
+      headers: error.headers,
+      retryAfterSecs: secs,
+    });
   }
 
   /** The gateway's answer for a failure; upstream failures are counted and logged here. */

@@ -233,6 +233,7 @@ function shed(
   if (shedding === undefined) return undefined;
   const cls = pool.admission.classify(requestedPriority(req.headers), lease.tenant)?.effective;
   if (cls === undefined) return undefined;
+  lease.effectiveClass = cls;
   const session =
     shedding.sessionHeader === undefined ? undefined : firstHeaderValue(req.headers[shedding.sessionHeader]);
   const verdict = shedding.check(cls, lease.tenant, session);
@@ -261,6 +262,9 @@ async function admit(
   shedClass: PriorityClass | undefined,
 ): Promise<void> {
   const ticket = lease.ticket!;
+  const priority = requestedPriority(req.headers);
+  // Classified now, so a refusal from the queue names the class it was refused under.
+  lease.effectiveClass = shedClass ?? pool.admission.classify(priority, lease.tenant)?.effective;
   ticket.queued(shedClass);
   lease.spans?.queueStarted();
   const started = performance.now();
@@ -275,7 +279,7 @@ async function admit(
   let slot: Slot;
   try {
     slot = await pool.admission.acquire({
-      priority: requestedPriority(req.headers),
+      priority,
       tenant: lease.tenant,
       cost: estimate.cost,
       signal: lease,
@@ -286,6 +290,8 @@ async function admit(
   } catch (err) {
     inFlowControl.leave(flowControlOutcome(err), (performance.now() - started) / 1000);
     ticket.notAdmitted();
+    if (err instanceof AdmissionError && err.priorityClass !== undefined)
+      lease.effectiveClass = err.priorityClass;
     // Left the queue without a slot (408 after its queue timeout, 499 gone while queued): the time
     // it waited, as the admission backend measured it, is its row's queue_wait_ms.
     if (err instanceof AdmissionError && err.queueWaitMs !== undefined) lease.leftQueue(err.queueWaitMs);
@@ -301,6 +307,8 @@ async function admit(
   }
   inFlowControl.leave("Dispatched", (performance.now() - started) / 1000);
   ticket.admitted();
+  // Legacy admission has no class of its own: the worker is told the clamped one (stream).
+  lease.effectiveClass = slot.effectiveClass ?? ctx.classFor(priority, lease.tenant);
   lease.admitted(slot);
 }
 
@@ -480,6 +488,11 @@ function sleepUnlessAborted(ms: number, lease: Lease): Promise<void> {
  * tokens and the record; adaptive capacity and shedding learn from it; it is counted and recorded.
  */
 function settle(lease: Lease, ending: Ending): void {
+  // A request refused before it held a slot gives its budget hold back before its answer is
+  // written, so the answer's rate-limit headers show the limits as the refusal leaves them.
+  if ("failed" in ending && lease.hold !== undefined && lease.slot === undefined && !lease.answerStarted) {
+    lease.ctx.budgets.refund(lease.hold);
+  }
   const closed = lease.close(ending);
   if (closed === undefined) return;
   const { budgets, metrics, outputLengths, outcomes } = lease.ctx;

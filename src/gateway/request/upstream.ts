@@ -11,6 +11,7 @@ import type { ServerResponse } from "node:http";
 import { type Dispatcher, errors as undiciErrors } from "undici";
 import { GatewayError } from "../../contracts/gateway-error.js";
 import { type ResponseHeaderFilter, responseHeaderFilter } from "../http/headers.js";
+import { isRateLimitHeader } from "../http/rate-limit-headers.js";
 
 export type UpstreamErrorKind = "connect" | "reset" | "timeout" | "bad_response" | "refused_arguments";
 
@@ -60,8 +61,8 @@ export interface ExchangeOwner {
   markFirstByte(): boolean;
   /** Given the worker's content type, may return a transform for the body. */
   observe(contentType: string | undefined): BodyTransform | undefined;
-  /** Headers the gateway adds to the worker's answer (flat name/value list). */
-  readonly answerHeaders: string[];
+  /** Headers the gateway adds to the worker's answer (flat name/value list), as they stand now. */
+  headersForAnswer(): string[];
   /**
    * The worker's status line is a 502 or 503 and nothing has reached the client: true = drop this
    * answer (the exchange fails with an UpstreamStatusError) because another worker will be tried.
@@ -182,10 +183,21 @@ export class UpstreamExchange implements Dispatcher.DispatchHandler {
     const headers = filter.headers;
     // A transform may change the length: let Node frame the body instead.
     if (this.transform?.changesLength) dropHeader(headers, "content-length");
-    for (const h of this.owner.answerHeaders) headers.push(h);
+    const ours = this.owner.headersForAnswer();
+    // One value per name: the tenant's limits are the gateway's to say, not the worker's.
+    dropRateLimitHeaders(headers, ours);
+    for (const h of ours) headers.push(h);
     this.res.writeHead(this.status, headers);
     return true;
   }
+}
+
+/** Drops the worker's values of the rate-limit headers the gateway sends itself (`ours`). */
+function dropRateLimitHeaders(flat: string[], ours: string[]): void {
+  const names = new Set<string>();
+  for (let i = 0; i < ours.length; i += 2) if (isRateLimitHeader(ours[i]!)) names.add(ours[i]!);
+  if (names.size === 0) return;
+  for (let i = flat.length - 2; i >= 0; i -= 2) if (names.has(flat[i]!)) flat.splice(i, 2);
 }
 
 function dropHeader(flat: string[], name: string): void {

@@ -6,7 +6,9 @@
  *   tenant_inactive          suspended (`active: false`) or outside every access window
  *   model_not_allowed        the model is not on the tenant's allowlist
  *   tenant_budget_exhausted  the term budget (tokens or USD) of the current UTC day/month is used up
+ *                            (retryAfterSecs: until the period ends)
  *   token_budget_exceeded    the per-minute token bucket cannot cover the estimate (retryAfterSecs)
+ *   request_rate_exceeded    the per-minute request bucket has no whole request left (retryAfterSecs)
  *
  * An admitted request holds its estimate against the bucket and the term budgets; `settle` corrects
  * them by actual - estimate once the worker reports usage (or keeps the estimate when none comes),
@@ -21,13 +23,17 @@ export type BudgetRejectionReason =
   | "tenant_inactive"
   | "model_not_allowed"
   | "tenant_budget_exhausted"
-  | "token_budget_exceeded";
+  | "token_budget_exceeded"
+  | "request_rate_exceeded";
 
 export interface BudgetRejection {
   ok: false;
   code: BudgetRejectionReason;
   message: string;
-  /** When the rejection is transient (the token bucket): seconds until the estimate fits. */
+  /**
+   * Seconds until the refusal can end: a bucket's refill to what the request needs, or the end of
+   * the budget period (UTC day or month).
+   */
   retryAfterSecs?: number;
 }
 
@@ -49,12 +55,15 @@ export interface BudgetHold {
 
 export interface BudgetRemaining {
   tokens_per_minute?: number;
+  requests_per_minute?: number;
   budget_tokens?: number;
   budget_cost_usd?: number;
 }
 
 interface TenantAccount {
   bucket: number;
+  /** The request bucket's level (requests_per_minute), refilled with the token bucket. */
+  requests: number;
   refilledAt: number;
   periodStart: number;
   usedTokens: number;
@@ -72,6 +81,24 @@ export function periodStart(period: BudgetPeriod, epochMs: number): number {
   return period === "day"
     ? Date.UTC(d.getUTCFullYear(), d.getUTCMonth(), d.getUTCDate())
     : Date.UTC(d.getUTCFullYear(), d.getUTCMonth(), 1);
+}
+
+/** When the period that contains `epochMs` ends (the next UTC midnight, or the next month's first). */
+export function periodEnd(period: BudgetPeriod, epochMs: number): number {
+  const d = new Date(epochMs);
+  return period === "day"
+    ? Date.UTC(d.getUTCFullYear(), d.getUTCMonth(), d.getUTCDate() + 1)
+    : Date.UTC(d.getUTCFullYear(), d.getUTCMonth() + 1, 1);
+}
+
+/** Whole seconds (at least 1) until the budget period that contains `epochMs` ends. */
+export function secsToPeriodEnd(period: BudgetPeriod, epochMs: number): number {
+  return Math.max(1, Math.ceil((periodEnd(period, epochMs) - epochMs) / 1000));
+}
+
+/** Whole seconds (at least 1) until a bucket refilling `perMinute` a minute holds `need` again. */
+export function secsToRefill(level: number, need: number, perMinute: number): number {
+  return Math.max(1, Math.ceil(((need - level) * 60) / perMinute));
 }
 
 export class BudgetBook {
@@ -110,6 +137,7 @@ export class BudgetBook {
       c.windows !== undefined ||
       c.models !== undefined ||
       p.tokens_per_minute !== undefined ||
+      p.requests_per_minute !== undefined ||
       p.budget_tokens !== undefined ||
       p.budget_cost_usd !== undefined
     );
@@ -161,25 +189,36 @@ export class BudgetBook {
     const account = this.account(tenant, policy, epoch);
     const tokens = estimate.inputTokens + estimate.outputTokens;
     if (policy.budget_tokens !== undefined && account.usedTokens >= policy.budget_tokens) {
-      return this.exhausted(tenant, policy, "tokens", policy.budget_tokens);
+      return this.exhausted(tenant, policy, "tokens", policy.budget_tokens, epoch);
     }
     if (policy.budget_cost_usd !== undefined && account.usedUsd >= policy.budget_cost_usd) {
-      return this.exhausted(tenant, policy, "USD", policy.budget_cost_usd);
+      return this.exhausted(tenant, policy, "USD", policy.budget_cost_usd, epoch);
     }
     const tpm = policy.tokens_per_minute;
-    if (tpm !== undefined) {
-      // A request larger than the whole bucket waits for a full bucket rather than never passing.
-      const need = Math.min(tokens, tpm);
-      if (account.bucket < need) {
-        return {
-          ok: false,
-          code: "token_budget_exceeded",
-          message: `tenant ${tenant} is over its ${tpm} tokens per minute`,
-          retryAfterSecs: Math.max(1, Math.ceil(((need - account.bucket) * 60) / tpm)),
-        };
-      }
-      account.bucket -= tokens;
+    // A request larger than the whole bucket waits for a full bucket rather than never passing.
+    const need = tpm === undefined ? 0 : Math.min(tokens, tpm);
+    if (tpm !== undefined && account.bucket < need) {
+      return {
+        ok: false,
+        code: "token_budget_exceeded",
+        message: `tenant ${tenant} is over its ${tpm} tokens per minute`,
+        retryAfterSecs: secsToRefill(account.bucket, need, tpm),
+      };
     }
+    const rpm = policy.requests_per_minute;
+    // A limit under one request a minute still lets one through once the bucket is full.
+    const needRequest = rpm === undefined ? 0 : Math.min(1, rpm);
+    if (rpm !== undefined && account.requests < needRequest) {
+      return {
+        ok: false,
+        code: "request_rate_exceeded",
+        message: `tenant ${tenant} is over its ${rpm} requests per minute`,
+        retryAfterSecs: secsToRefill(account.requests, needRequest, rpm),
+      };
+    }
+    // Both buckets are taken only once both have room, so a refusal takes nothing.
+    if (tpm !== undefined) account.bucket -= tokens;
+    if (rpm !== undefined) account.requests -= 1;
     account.usedTokens += tokens;
     account.usedUsd += this.costUsd(model, estimate);
     return { ok: true, tenant, model, estimate, settled: false, periodStart: account.periodStart };
@@ -212,6 +251,7 @@ export class BudgetBook {
     const account = this.account(tenant, policy, this.epoch());
     const out: BudgetRemaining = {};
     if (policy.tokens_per_minute !== undefined) out.tokens_per_minute = Math.max(0, account.bucket);
+    if (policy.requests_per_minute !== undefined) out.requests_per_minute = Math.max(0, account.requests);
     if (policy.budget_tokens !== undefined)
       out.budget_tokens = Math.max(0, policy.budget_tokens - account.usedTokens);
     if (policy.budget_cost_usd !== undefined)
@@ -242,11 +282,20 @@ export class BudgetBook {
     }
   }
 
-  protected exhausted(tenant: string, policy: TenantPolicy, unit: string, limit: number): BudgetRejection {
+  protected exhausted(
+    tenant: string,
+    policy: TenantPolicy,
+    unit: string,
+    limit: number,
+    epoch: number,
+  ): BudgetRejection {
+    const period = policy.budget_period ?? "month";
     return {
       ok: false,
       code: "tenant_budget_exhausted",
-      message: `tenant ${tenant} has used its ${limit} ${unit} budget for this ${policy.budget_period ?? "month"} (UTC)`,
+      message: `tenant ${tenant} has used its ${limit} ${unit} budget for this ${period} (UTC)`,
+      // Nothing frees up before the period ends: usage is only ever settled, never refilled.
+      retryAfterSecs: secsToPeriodEnd(period, epoch),
     };
   }
 
@@ -261,6 +310,7 @@ export class BudgetBook {
     if (account === undefined) {
       account = {
         bucket: policy.tokens_per_minute ?? Number.POSITIVE_INFINITY,
+        requests: policy.requests_per_minute ?? Number.POSITIVE_INFINITY,
         refilledAt: now,
         periodStart: start,
         usedTokens: 0,
@@ -274,16 +324,19 @@ export class BudgetBook {
       account.usedTokens = 0;
       account.usedUsd = 0;
     }
-    const tpm = policy.tokens_per_minute;
-    if (tpm === undefined) {
-      // No bucket yet: a tokens_per_minute added by a reload starts full.
-      account.bucket = Number.POSITIVE_INFINITY;
-    } else {
-      // Capped on every read, so a reload that lowers tokens_per_minute takes effect at once.
-      const elapsed = Math.max(0, now - account.refilledAt);
-      account.bucket = Math.min(tpm, account.bucket + (elapsed * tpm) / 60_000);
-    }
+    const elapsed = Math.max(0, now - account.refilledAt);
+    account.bucket = refilled(account.bucket, policy.tokens_per_minute, elapsed);
+    account.requests = refilled(account.requests, policy.requests_per_minute, elapsed);
     account.refilledAt = now;
     return account;
   }
+}
+
+/**
+ * A per-minute bucket's level after `elapsed` ms. Without a limit the level is unbounded, so a limit
+ * added by a reload starts full; capped on every read, so a reload that lowers it takes effect at once.
+ */
+function refilled(level: number, perMinute: number | undefined, elapsed: number): number {
+  if (perMinute === undefined) return Number.POSITIVE_INFINITY;
+  return Math.min(perMinute, level + (elapsed * perMinute) / 60_000);
 }

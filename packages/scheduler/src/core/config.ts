@@ -103,6 +103,8 @@ export interface TenantPolicy {
   weight?: number | undefined;
   /** Per-minute token bucket: capacity and refill per minute (429 token_budget_exceeded). */
   tokens_per_minute?: number | undefined;
+  /** Per-minute request bucket: capacity and refill per minute (429 request_rate_exceeded). */
+  requests_per_minute?: number | undefined;
   /** Term budget in tokens per budget_period (403 tenant_budget_exhausted). */
   budget_tokens?: number | undefined;
   /** Term budget in USD per budget_period, priced by `pricing` (403 tenant_budget_exhausted). */
@@ -144,6 +146,7 @@ export const TENANT_POLICY_KEYS = [
   "max_class",
   "weight",
   "tokens_per_minute",
+  "requests_per_minute",
   "budget_tokens",
   "budget_cost_usd",
   "budget_period",
@@ -269,6 +272,9 @@ export function validateTenantPolicy(raw: unknown, path: string): TenantPolicy {
   if (raw.weight !== undefined) out.weight = positive(raw.weight, at("weight"));
   if (raw.tokens_per_minute !== undefined) {
     out.tokens_per_minute = positive(raw.tokens_per_minute, at("tokens_per_minute"));
+  }
+  if (raw.requests_per_minute !== undefined) {
+    out.requests_per_minute = positive(raw.requests_per_minute, at("requests_per_minute"));
   }
   if (raw.budget_tokens !== undefined)
     out.budget_tokens = nonNegative(raw.budget_tokens, at("budget_tokens"));

@@ -92,9 +92,9 @@ function withSnapshot(head: string): string {
 /**
  * ARGV A+1 id, +2 rank, +3 requested rank, +4 units (cost / weight), +5 weight, +6 replica,
  * +7 queue room (1/0), +8 tenant, +9 budget (1/0), +10 tokens, +11 USD, +12 tpm (-1 none),
- * +13 budget tokens (-1), +14 budget USD (-1), +15 period start.
+ * +13 budget tokens (-1), +14 budget USD (-1), +15 period start, +16 rpm (-1 none).
  * Returns {status, held (1/0), detail, snapshot...}; status fast | granted | queued | claim |
- * full | budget (detail: tokens | usd | tpm, then the amount left or Retry-After) | init.
+ * full | budget (detail: tokens | usd | tpm | rpm, then the amount left or Retry-After) | init.
  */
 export const ADMIT_SCRIPT = `${PREAMBLE}
 if not cap then return {'init'} end
@@ -106,7 +106,8 @@ local room = ARGV[A + 7] == '1'
 local held = '0'
 if ARGV[A + 9] == '1' then
   local verdict = budgetReserve(KEYS[2], KEYS[3], tonumber(ARGV[A + 10]), tonumber(ARGV[A + 11]),
-    tonumber(ARGV[A + 12]), tonumber(ARGV[A + 13]), tonumber(ARGV[A + 14]), tonumber(ARGV[A + 15]))
+    tonumber(ARGV[A + 12]), tonumber(ARGV[A + 13]), tonumber(ARGV[A + 14]), tonumber(ARGV[A + 15]),
+    tonumber(ARGV[A + 16]))
   -- 'dup': this request's own hold (the id is the gateway's, unique) is in place: it is held.
   if verdict[1] == 'ok' or verdict[1] == 'dup' then held = '1'
   else
