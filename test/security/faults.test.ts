@@ -135,8 +135,15 @@ describe("worker faults", () => {
   test("a worker killed mid-stream: the stream is cut, the slot released, the worker leaves the pool", async (t) => {
     const sockets = new Set<Socket>();
     const worker = createHttpServer((req, res) => {
-      if (req.url === "/health" || req.url === "/get_server_info" || req.url === "/v1/models") {
-        res.end(req.url === "/get_server_info" ? '{"max_running_requests":4}' : "{}");
+      // Only an inference request streams (and kills the worker): the gateway's probes, its
+      // engine recognition's GET /metrics among them, get what a worker would answer.
+      if (req.method !== "POST") {
+        if (req.url === "/health" || req.url === "/get_server_info" || req.url === "/v1/models") {
+          res.end(req.url === "/get_server_info" ? '{"max_running_requests":4}' : "{}");
+        } else {
+          res.statusCode = 404;
+          res.end();
+        }
         return;
       }
       req.resume();
