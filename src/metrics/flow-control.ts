@@ -58,6 +58,12 @@ export interface FlowControlMetrics {
 
 const LABELS = ["fairness_id", "priority", "inference_pool", "model_name", "target_model_name"] as const;
 
+/** A label set of the duration histogram seen so far, with its child. */
+interface ObservedSet {
+  readonly labels: Record<string, string>;
+  readonly child: { observe(seconds: number): void };
+}
+
 export function registerFlowControlMetrics(registry: Registry, tenants: TenantLabeler): FlowControlMetrics {
   const registers = [registry];
   // Requests in admission per label set, read at scrape time; a set at 0 is dropped, so the series
@@ -92,27 +98,54 @@ export function registerFlowControlMetrics(registry: Registry, tenants: TenantLa
     registers,
   });
   // The label sets observed per tenant label, so a demoted tenant's series go, as the
-  // tenant-labelled counters' do (prom-client removes a series by its full label set only).
-  const observed = new Map<string, Map<string, Record<string, string>>>();
+  // tenant-labelled counters' do (prom-client removes a series by its full label set only). Each
+  // set keeps its histogram child: a request's leave builds no label object once its set is known.
+  const observed = new Map<string, Map<string, ObservedSet>>();
   tenants.onDemote((tenant) => {
-    for (const labels of observed.get(tenant)?.values() ?? []) duration.remove(labels);
+    for (const set of observed.get(tenant)?.values() ?? []) duration.remove(set.labels);
     observed.delete(tenant);
   });
 
-  return {
-    enter(place) {
-      const fairness = tenants.label(place.tenant);
+  /** The histogram child of a label set, recorded under its tenant label on first use. */
+  const observer = (place: FlowControlPlace, outcome: FlowControlOutcome): ObservedSet["child"] => {
+    const fairness = tenants.label(place.tenant);
+    let sets = observed.get(fairness);
+    if (sets === undefined) {
+      sets = new Map();
+      observed.set(fairness, sets);
+    }
+    const setKey = `${place.priority}\u0000${outcome}\u0000${place.pool}\u0000${place.model}`;
+    let set = sets.get(setKey);
+    if (set === undefined) {
       const labels = {
         fairness_id: fairness,
         priority: place.priority,
         inference_pool: place.pool,
         model_name: place.model,
         target_model_name: place.model,
+        outcome,
       };
+      set = { labels, child: duration.labels(labels) };
+      sets.set(setKey, set);
+    }
+    return set.child;
+  };
+
+  return {
+    enter(place) {
+      const fairness = tenants.label(place.tenant);
       const key = `${fairness}\u0000${place.priority}\u0000${place.pool}\u0000${place.model}`;
       const entry = waiting.get(key);
-      if (entry === undefined) waiting.set(key, { labels, count: 1 });
-      else entry.count += 1;
+      if (entry === undefined) {
+        const labels = {
+          fairness_id: fairness,
+          priority: place.priority,
+          inference_pool: place.pool,
+          model_name: place.model,
+          target_model_name: place.model,
+        };
+        waiting.set(key, { labels, count: 1 });
+      } else entry.count += 1;
       let left = false;
       return {
         leave(outcome, seconds) {
@@ -120,15 +153,7 @@ export function registerFlowControlMetrics(registry: Registry, tenants: TenantLa
           left = true;
           const now = waiting.get(key);
           if (now !== undefined && --now.count <= 0) waiting.delete(key);
-          const final = { ...labels, fairness_id: tenants.label(place.tenant), outcome };
-          duration.observe(final, seconds);
-          let sets = observed.get(final.fairness_id);
-          if (sets === undefined) {
-            sets = new Map();
-            observed.set(final.fairness_id, sets);
-          }
-          const setKey = `${final.priority}\u0000${outcome}\u0000${final.inference_pool}\u0000${final.model_name}`;
-          if (!sets.has(setKey)) sets.set(setKey, final);
+          observer(place, outcome).observe(seconds);
         },
       };
     },

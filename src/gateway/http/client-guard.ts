@@ -224,14 +224,19 @@ function mayEndWithRequestLine(bytes: Buffer, start: number, end: number): boole
   if (e > start && bytes[e - 1] === 0x0d) e--;
   if (e - start < 3) return false;
   const from = Math.max(start, e - MAX_LINE);
-  const space = bytes.subarray(from, e).lastIndexOf(0x20);
-  if (space <= 0 || from + space === e - 1) return false;
-  const at = from + space;
-  // ` TOKEN/...`: a protocol and version, well formed or not.
-  const slash = bytes.subarray(at + 1, Math.min(e, at + 8)).indexOf(0x2f);
-  if (slash > 0) {
+  const at = lastSpace(bytes, from, e);
+  if (at <= from || at === e - 1) return false;
+  // ` TOKEN/...`: a protocol and version, well formed or not (the slash within 7 bytes).
+  let slash = -1;
+  for (let k = at + 1; k < Math.min(e, at + 8); k++) {
+    if (bytes[k] === 0x2f) {
+      slash = k;
+      break;
+    }
+  }
+  if (slash > at + 1) {
     let letters = true;
-    for (let k = at + 1; k < at + 1 + slash; k++) {
+    for (let k = at + 1; k < slash; k++) {
       const b = bytes[k]!;
       if (b < 0x41 || b > 0x5a) letters = false;
     }
@@ -241,6 +246,23 @@ function mayEndWithRequestLine(bytes: Buffer, start: number, end: number): boole
   const before = bytes[at - 1]!;
   return before >= 0x41 && before <= 0x5a;
 }
+
+/**
+ * The last space in `bytes[from, end)`, or -1. Most lines read here are header lines of a few dozen
+ * bytes: a loop over them costs less than a view and a native search; a long line (a body's) gets
+ * the native search, bounded by its view.
+ */
+function lastSpace(bytes: Buffer, from: number, end: number): number {
+  if (end - from > SHORT_LINE) {
+    const i = bytes.subarray(from, end).lastIndexOf(0x20);
+    return i === -1 ? -1 : from + i;
+  }
+  for (let i = end - 1; i >= from; i--) if (bytes[i] === 0x20) return i;
+  return -1;
+}
+
+/** Lines up to this long are searched by a loop in JavaScript (see lastSpace). */
+const SHORT_LINE = 128;
 
 /**
  * Reads a chunk's lines before Node's parser does, keeping those that may end with a request line

@@ -527,11 +527,15 @@ function isNullAfterBytes(data: Buffer, from: number): boolean {
   return data[i] === 0x6e && data[i + 1] === 0x75 && data[i + 2] === 0x6c && data[i + 3] === 0x6c; // null
 }
 
-/** `buf` without the bytes [from, to): two copies into one new buffer, no intermediate slices. */
+/**
+ * `buf` without the bytes [from, to), in one new buffer. The cut is at the event's end, so what
+ * follows it is a few bytes (`}` and the line ends): copied by hand, and the part before it with
+ * one typed-array set, which skips Buffer#copy's argument checks (a third of a token event's cost).
+ */
 function without(buf: Buffer, from: number, to: number): Buffer {
   const out = Buffer.allocUnsafe(buf.length - (to - from));
-  buf.copy(out, 0, 0, from);
-  buf.copy(out, from, to);
+  out.set(buf.subarray(0, from));
+  for (let i = to, at = from; i < buf.length; i++, at++) out[at] = buf[i]!;
   return out;
 }
 

@@ -36,6 +36,14 @@ export function sha256Hex(text: string): string {
 
 export class TenantResolver {
   private readonly byHash = new Map<string, string>();
+  /**
+   * Keys already seen to match, with their tenant: a returning key costs a map lookup, not a
+   * SHA-256. Only keys whose digest is listed go in, so it holds at most one entry per `api_keys`
+   * row; a reload builds a new resolver, and so forgets them. The map compares a presented key
+   * with a stored one only when their string hashes agree, and V8 seeds those per process: a
+   * client cannot steer toward a stored key any more than through the digest.
+   */
+  private readonly verified = new Map<string, string>();
   private readonly trustedHeader: string | undefined;
   private readonly requireAuth: boolean;
   private readonly inferenceGateway: InferenceGatewaySettings | undefined;
@@ -62,10 +70,16 @@ export class TenantResolver {
     if (auth !== undefined && this.byHash.size > 0) {
       const match = /^Bearer\s+(.+)$/i.exec(auth.trim());
       if (match) {
+        const key = match[1]!;
+        const known = this.verified.get(key);
+        if (known !== undefined) return known;
         // Looking up the digest, not the key, leaks nothing useful through timing: an attacker
         // cannot steer the digest's bytes toward a stored one.
-        const tenant = this.byHash.get(sha256Hex(match[1]!));
-        if (tenant !== undefined) return tenant;
+        const tenant = this.byHash.get(sha256Hex(key));
+        if (tenant !== undefined) {
+          this.verified.set(key, tenant);
+          return tenant;
+        }
       }
       if (this.requireAuth) throw new GatewayError("invalid_api_key", "the API key is not valid");
     }
