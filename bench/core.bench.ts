@@ -12,18 +12,10 @@
  */
 import os from "node:os";
 import { fileURLToPath } from "node:url";
-import { BUILTIN_CLASS_DEFAULTS } from "@sluice/scheduler/core/config.js";
 import Bottleneck from "bottleneck";
 import PQueue from "p-queue";
 import { runOnSelectedNode } from "../scripts/node-line.js";
-import {
-  type ClassOverrides,
-  createScheduler,
-  ManualClock,
-  type Permit,
-  PRIORITY_CLASSES,
-  type Scheduler,
-} from "../src/index.js";
+import { createScheduler, ManualClock, type Permit, PRIORITY_CLASSES, type Scheduler } from "../src/index.js";
 import {
   describeMachine,
   machine,
@@ -33,7 +25,14 @@ import {
   writeMarkedSection,
 } from "./lib/report.js";
 import { canCollect, fmtFixed, fmtInt, median, settleHeap, tick, yesNo } from "./lib/stats.js";
-import { CLASS_NAMES, makeWorkload, TENANTS, tenantPolicies, type Workload } from "./lib/workload.js";
+import {
+  CLASS_NAMES,
+  makeWorkload,
+  sluiceClasses,
+  TENANTS,
+  tenantPolicies,
+  type Workload,
+} from "./lib/workload.js";
 
 runOnSelectedNode();
 
@@ -105,19 +104,6 @@ class Semaphore {
 // --- sluice configuration: every feature on ------------------------------------------------------
 
 /** Built-in reservations kept (fields passed explicitly: a present block without them means 0), queues raised. */
-function sluiceClasses(queueSize = 1_000_000): ClassOverrides {
-  const out: ClassOverrides = {};
-  for (const cls of PRIORITY_CLASSES) {
-    const d = BUILTIN_CLASS_DEFAULTS[cls];
-    out[cls] = {
-      reserved_floor: d.reserved_floor,
-      reserved_per_slot: d.reserved_per_slot,
-      queue_size: queueSize,
-    };
-  }
-  return out;
-}
-
 function makeSluice(capacity: number, clock?: ManualClock): Scheduler {
   return createScheduler({
     capacity,

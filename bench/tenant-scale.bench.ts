@@ -3,41 +3,27 @@
  * closed loop (256 slots, 1,024 outstanding, every task released at once), with tasks drawn from 16
  * tenants and from 100,000. Each tenant is a flow in its class's fair queue, so many tenants means
  * many flows: more memory touched per admission, and flows created and pruned as tenants come and go.
- * `node --import tsx --expose-gc bench/tenant-scale.bench.ts`
+ * `node --import tsx --expose-gc bench/tenant-scale.bench.ts` (BENCH_TENANT_COUNTS=16,100000,
+ * BENCH_ROUNDS, BENCH_TASKS, BENCH_POLICIES=0 for tenants without policies).
  */
-import { createScheduler, type Permit, type PriorityClass, type TenantPolicy } from "../src/index.js";
+import { createScheduler, type Permit, type PriorityClass } from "../src/index.js";
 import { settleHeap } from "./lib/stats.js";
-import { mulberry32 } from "./lib/workload.js";
+import { mulberry32, sluiceClasses, tenantNames, tenantPolicies } from "./lib/workload.js";
 
 const CAPACITY = 256;
 const OUTSTANDING = 4 * CAPACITY;
 const TASKS = Number(process.env.BENCH_TASKS ?? 1_000_000);
 const ROUNDS = Number(process.env.BENCH_ROUNDS ?? 5);
+/** BENCH_POLICIES=0: no tenant has a policy (every one gets the default's weight and class). */
+const WITH_POLICIES = process.env.BENCH_POLICIES !== "0";
 const CLASSES: readonly PriorityClass[] = ["bulk", "default", "interactive", "system"];
-
-function names(count: number): string[] {
-  return Array.from({ length: count }, (_, i) => `tenant-${i}`);
-}
-
-/** Every tenant has a policy (weights 1..4), as when tenants come from API keys. */
-function policies(tenants: readonly string[]): Record<string, TenantPolicy> {
-  const out: Record<string, TenantPolicy> = {};
-  tenants.forEach((t, i) => {
-    out[t] = { max_class: "system", weight: 1 + (i % 4) };
-  });
-  return out;
-}
 
 function run(tenants: readonly string[], n: number, seed: number): Promise<number> {
   const s = createScheduler({
     capacity: CAPACITY,
-    classes: {
-      system: { reserved_floor: 8, queue_size: OUTSTANDING, queue_timeout_secs: 3600 },
-      interactive: { reserved_floor: 32, queue_size: OUTSTANDING, queue_timeout_secs: 3600 },
-      default: { reserved_per_slot: 0.1, queue_size: OUTSTANDING, queue_timeout_secs: 3600 },
-      bulk: { queue_size: OUTSTANDING, queue_timeout_secs: 3600 },
-    },
-    tenantPolicies: policies(tenants),
+    classes: sluiceClasses(),
+    // Every tenant with a policy (weights 1..4), as when tenants come from API keys; or none.
+    tenantPolicies: WITH_POLICIES ? tenantPolicies(tenants) : {},
     defaultMaxClass: "system",
   });
   const rand = mulberry32(seed);
@@ -62,7 +48,7 @@ function run(tenants: readonly string[], n: number, seed: number): Promise<numbe
 }
 
 const COUNTS = (process.env.BENCH_TENANT_COUNTS ?? "16,100000").split(",").map(Number);
-const shapes = COUNTS.map((count) => ({ count, tenants: names(count), rates: [] as number[] }));
+const shapes = COUNTS.map((count) => ({ count, tenants: tenantNames(count), rates: [] as number[] }));
 for (const shape of shapes) await run(shape.tenants, TASKS / 5, 1); // warm-up
 for (let round = 0; round < ROUNDS; round++) {
   // Interleaved, so a busy moment of the machine falls on both shapes alike.

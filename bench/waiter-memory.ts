@@ -5,7 +5,7 @@
 import { ManualClock } from "@sluice/scheduler/core/clock.js";
 import { createScheduler } from "../src/index.js";
 import { settleHeap } from "./lib/stats.js";
-import { CLASS_NAMES, makeWorkload, TENANTS, tenantPolicies } from "./lib/workload.js";
+import { CLASS_NAMES, makeWorkload, sluiceClasses, TENANTS, tenantPolicies } from "./lib/workload.js";
 
 const WAITERS = 100_000;
 const CAPACITY = 256;
@@ -13,12 +13,7 @@ const CAPACITY = 256;
 async function once(): Promise<number> {
   const s = createScheduler({
     capacity: CAPACITY,
-    classes: {
-      system: { reserved_floor: 8, queue_size: WAITERS, queue_timeout_secs: 3600 },
-      interactive: { reserved_floor: 32, queue_size: WAITERS, queue_timeout_secs: 3600 },
-      default: { reserved_per_slot: 0.1, queue_size: WAITERS, queue_timeout_secs: 3600 },
-      bulk: { queue_size: WAITERS, queue_timeout_secs: 3600 },
-    },
+    classes: sluiceClasses(),
     tenantPolicies: tenantPolicies(),
     defaultMaxClass: "system",
     clock: new ManualClock(),

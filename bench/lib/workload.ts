@@ -2,23 +2,48 @@
  * The synthetic workload: a seeded task mix (class, tenant, cost) shared by every contender, so
  * each one sees exactly the same sequence of requests.
  */
+import { BUILTIN_CLASS_DEFAULTS } from "@sluice/scheduler/core/config.js";
 import { mulberry32 } from "@sluice/scheduler/core/random.js";
-import type { PriorityClass, TenantPolicy } from "../../src/index.js";
+import {
+  type ClassOverrides,
+  PRIORITY_CLASSES,
+  type PriorityClass,
+  type TenantPolicy,
+} from "../../src/index.js";
 
 export { mulberry32 };
 
 /** Rank order (bulk 0 .. system 3), as the engine ranks them. */
 export const CLASS_NAMES: readonly PriorityClass[] = ["bulk", "default", "interactive", "system"];
 export const TENANT_COUNT = 16;
-export const TENANTS: readonly string[] = Array.from({ length: TENANT_COUNT }, (_, i) => `tenant-${i}`);
+/** `count` tenant names: tenant-0, tenant-1, ... */
+export function tenantNames(count: number): string[] {
+  return Array.from({ length: count }, (_, i) => `tenant-${i}`);
+}
+
+export const TENANTS: readonly string[] = tenantNames(TENANT_COUNT);
 export const MAX_COST = 512;
 
-/** 16 tenants with weights 1..4 (cycling), all allowed up to `system` so nothing is clamped. */
-export function tenantPolicies(): Record<string, TenantPolicy> {
+/** The tenants (16 by default) with weights 1..4 (cycling), all allowed up to `system` so nothing is clamped. */
+export function tenantPolicies(tenants: readonly string[] = TENANTS): Record<string, TenantPolicy> {
   const out: Record<string, TenantPolicy> = {};
-  TENANTS.forEach((t, i) => {
+  tenants.forEach((t, i) => {
     out[t] = { max_class: "system", weight: 1 + (i % 4) };
   });
+  return out;
+}
+
+/** The built-in reservations, with every class's queue large enough that a bench never fills it. */
+export function sluiceClasses(queueSize = 1_000_000): ClassOverrides {
+  const out: ClassOverrides = {};
+  for (const cls of PRIORITY_CLASSES) {
+    const d = BUILTIN_CLASS_DEFAULTS[cls];
+    out[cls] = {
+      reserved_floor: d.reserved_floor,
+      reserved_per_slot: d.reserved_per_slot,
+      queue_size: queueSize,
+    };
+  }
   return out;
 }
 
