@@ -58,6 +58,17 @@ export interface FlowControlMetrics {
 
 const LABELS = ["fairness_id", "priority", "inference_pool", "model_name", "target_model_name"] as const;
 
+/** The extension's labels of a place (sluice has no target model apart from the one asked for). */
+function placeLabels(fairness: string, place: FlowControlPlace): Record<(typeof LABELS)[number], string> {
+  return {
+    fairness_id: fairness,
+    priority: place.priority,
+    inference_pool: place.pool,
+    model_name: place.model,
+    target_model_name: place.model,
+  };
+}
+
 /** A label set of the duration histogram seen so far, with its child. */
 interface ObservedSet {
   readonly labels: Record<string, string>;
@@ -117,14 +128,7 @@ export function registerFlowControlMetrics(registry: Registry, tenants: TenantLa
     const setKey = `${place.priority}\u0000${outcome}\u0000${place.pool}\u0000${place.model}`;
     let set = sets.get(setKey);
     if (set === undefined) {
-      const labels = {
-        fairness_id: fairness,
-        priority: place.priority,
-        inference_pool: place.pool,
-        model_name: place.model,
-        target_model_name: place.model,
-        outcome,
-      };
+      const labels = { ...placeLabels(fairness, place), outcome };
       set = { labels, child: duration.labels(labels) };
       sets.set(setKey, set);
     }
@@ -136,16 +140,8 @@ export function registerFlowControlMetrics(registry: Registry, tenants: TenantLa
       const fairness = tenants.label(place.tenant);
       const key = `${fairness}\u0000${place.priority}\u0000${place.pool}\u0000${place.model}`;
       const entry = waiting.get(key);
-      if (entry === undefined) {
-        const labels = {
-          fairness_id: fairness,
-          priority: place.priority,
-          inference_pool: place.pool,
-          model_name: place.model,
-          target_model_name: place.model,
-        };
-        waiting.set(key, { labels, count: 1 });
-      } else entry.count += 1;
+      if (entry === undefined) waiting.set(key, { labels: placeLabels(fairness, place), count: 1 });
+      else entry.count += 1;
       let left = false;
       return {
         leave(outcome, seconds) {
