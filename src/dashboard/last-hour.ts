@@ -5,8 +5,10 @@
  * rollups (a minute is rolled up 5 to 15 s after it ends). Without a ledger it is this gateway's
  * own minutes alone. Pure: the snapshot calls it with what it read.
  */
+
+import type { RecentMinute, RecentTenant } from "../ledger/recent.js";
 import type { RecentUsageRead } from "../ledger/writer.js";
-import type { LiveMinutes, MinuteUsage, TenantUsage } from "./live-minutes.js";
+import type { LiveMinutes } from "./live-minutes.js";
 import { minuteOf } from "./live-minutes.js";
 
 const HOUR_MS = 3_600_000;
@@ -60,7 +62,7 @@ const round = (n: number, digits: number) => {
   return Math.round(n * f) / f;
 };
 
-function addTenant(into: Map<string, TenantUsage>, t: TenantUsage): void {
+function addTenant(into: Map<string, RecentTenant>, t: RecentTenant): void {
   const have = into.get(t.tenant);
   if (have === undefined) {
     into.set(t.tenant, { ...t });
@@ -86,11 +88,11 @@ export function lastHour(ledger: RecentUsageRead | undefined, live: LiveMinutes,
   const liveFrom = Math.max(hourStart, newestRolled + 60_000);
   const fromLive = live.from(liveFrom);
 
-  const minutes: Array<{ source: "ledger" | "live"; m: MinuteUsage }> = [
+  const minutes: Array<{ source: "ledger" | "live"; m: RecentMinute }> = [
     ...fromLedger.map((m) => ({ source: "ledger" as const, m })),
     ...fromLive.map((l) => ({ source: "live" as const, m: l.minute })),
   ];
-  const tenants = new Map<string, TenantUsage>();
+  const tenants = new Map<string, RecentTenant>();
   for (const t of usage?.tenants ?? []) addTenant(tenants, t);
   for (const l of fromLive) for (const t of l.tenants) addTenant(tenants, t);
 

@@ -6,6 +6,7 @@
  * per minute the tenants seen in it.
  */
 import type { OutcomeRecord, OutcomeSink } from "../contracts/outcome.js";
+import { emptyRecentMinute, type RecentMinute, type RecentTenant } from "../ledger/recent.js";
 
 const MINUTE_MS = 60_000;
 /** The hour and the current minute. */
@@ -13,37 +14,13 @@ const MINUTES_KEPT = 61;
 /** Tenants kept per minute; past it they are summed as `other` (as in the metrics' top N). */
 const TENANTS_PER_MINUTE = 500;
 
-/** One minute's requests, as the ledger's rollups count them. */
-export interface MinuteUsage {
-  minuteMs: number;
-  requests: number;
-  /** Requests by outcome (ok, rejected, timeout, preempted, cancelled, error). */
-  byOutcome: Record<string, number>;
-  inputTokens: number;
-  outputTokens: number;
-  costUsd: number;
-  queueWaitMsSum: number;
-  queueWaitMsMax: number;
-}
-
-/** One tenant's requests over a span. */
-export interface TenantUsage {
-  tenant: string;
-  requests: number;
-  /** Refused before a slot (admission `rejected`). */
-  rejected: number;
-  inputTokens: number;
-  outputTokens: number;
-  costUsd: number;
-}
-
-interface LiveMinute extends MinuteUsage {
-  tenants: Map<string, TenantUsage>;
+interface LiveMinute extends RecentMinute {
+  tenants: Map<string, RecentTenant>;
 }
 
 export const minuteOf = (tsMs: number) => Math.floor(tsMs / MINUTE_MS) * MINUTE_MS;
 
-const emptyTenant = (tenant: string): TenantUsage => ({
+const emptyTenant = (tenant: string): RecentTenant => ({
   tenant,
   requests: 0,
   rejected: 0,
@@ -62,17 +39,7 @@ export class LiveMinutes implements OutcomeSink {
     const minuteMs = minuteOf(o.tsMs);
     let m = this.minutes.get(minuteMs);
     if (m === undefined) {
-      m = {
-        minuteMs,
-        requests: 0,
-        byOutcome: {},
-        inputTokens: 0,
-        outputTokens: 0,
-        costUsd: 0,
-        queueWaitMsSum: 0,
-        queueWaitMsMax: 0,
-        tenants: new Map(),
-      };
+      m = { ...emptyRecentMinute(minuteMs), tenants: new Map() };
       this.minutes.set(minuteMs, m);
       this.trim(minuteMs);
     }
@@ -110,7 +77,7 @@ export class LiveMinutes implements OutcomeSink {
   }
 
   /** The minutes from `fromMs` on (oldest first), with each one's tenants (copies). */
-  from(fromMs: number): Array<{ minute: MinuteUsage; tenants: TenantUsage[] }> {
+  from(fromMs: number): Array<{ minute: RecentMinute; tenants: RecentTenant[] }> {
     return [...this.minutes.values()]
       .filter((m) => m.minuteMs >= fromMs)
       .sort((a, b) => a.minuteMs - b.minuteMs)

@@ -9,7 +9,8 @@ import { type Dialect, sqlType } from "./sql.js";
 export const RECENT_SPAN_MS = 3_600_000;
 const RECENT_TENANTS = 20;
 
-interface RecentMinute {
+/** One minute's requests, as the rollups count them (the dashboard's live tally keeps the same). */
+export interface RecentMinute {
   /** The minute's start, epoch ms. */
   minuteMs: number;
   requests: number;
@@ -22,7 +23,8 @@ interface RecentMinute {
   queueWaitMsMax: number;
 }
 
-interface RecentTenant {
+/** One tenant's requests over a span. */
+export interface RecentTenant {
   tenant: string;
   requests: number;
   /** Requests refused before a slot (admission `rejected`). */
@@ -70,6 +72,20 @@ export function recentUsageStatements(
   };
 }
 
+/** A minute with nothing counted yet. */
+export function emptyRecentMinute(minuteMs: number): RecentMinute {
+  return {
+    minuteMs,
+    requests: 0,
+    byOutcome: {},
+    inputTokens: 0,
+    outputTokens: 0,
+    costUsd: 0,
+    queueWaitMsSum: 0,
+    queueWaitMsMax: 0,
+  };
+}
+
 function num(value: unknown): number {
   const n = typeof value === "bigint" ? Number(value) : Number(value ?? 0);
   return Number.isFinite(n) ? n : 0;
@@ -82,16 +98,7 @@ export function recentUsageFromRows(sinceMs: number, minuteRows: RawRows, tenant
     const minuteMs = num(row[0]);
     let m = minutes.get(minuteMs);
     if (m === undefined) {
-      m = {
-        minuteMs,
-        requests: 0,
-        byOutcome: {},
-        inputTokens: 0,
-        outputTokens: 0,
-        costUsd: 0,
-        queueWaitMsSum: 0,
-        queueWaitMsMax: 0,
-      };
+      m = emptyRecentMinute(minuteMs);
       minutes.set(minuteMs, m);
     }
     const requests = num(row[2]);
