@@ -19,7 +19,6 @@
 import { CLASSES_HIGH_TO_LOW, type PriorityClass } from "@sluice/scheduler/core/class.js";
 import type { Clock } from "@sluice/scheduler/core/clock.js";
 import type { ClassSnapshot } from "@sluice/scheduler/core/events.js";
-import { GOLDEN_FRACTION } from "@sluice/scheduler/core/random.js";
 import { CapacityNotifier, type CapacitySource } from "../contracts/capacity-source.js";
 import {
   type AdaptiveDecision,
@@ -28,7 +27,7 @@ import {
   type AdaptiveLimitSnapshot,
   type AdaptivePhase,
   type AdaptiveSample,
-  type AdaptiveTuning,
+  type EngineView,
 } from "./adaptive-limit.js";
 import { Periodic } from "./periodic.js";
 
@@ -59,14 +58,18 @@ export interface AdaptiveWorker {
   readonly inflight: number;
   /** Set here: how many requests routing may put on it (undefined: no limit of ours). */
   adaptiveLimit: number | undefined;
+  /** Its engine's load now (a scrape carried forward), when its engine exports one. */
+  engineView?(): EngineView | undefined;
 }
 
-interface AdaptiveCapacityOptions extends Partial<AdaptiveTuning> {
+interface AdaptiveCapacityOptions {
   minCapacity?: number | undefined;
   /** Default: no bound above the discovered capacity. */
   maxCapacity?: number | undefined;
   tpotSloMs?: number | undefined;
   ttftSloMs?: number | undefined;
+  /** Engine KV use the controllers hold each worker under (kv_target_utilization). */
+  kvTargetUtilization?: number | undefined;
   /** The pool's healthy workers, for one controller each; absent: one controller for the pool. */
   workers?: (() => readonly AdaptiveWorker[]) | undefined;
 }
@@ -98,11 +101,9 @@ interface AdaptiveWorkerSnapshot {
   tpotP90Ms: number | null;
   tpotBaselineMs: number | null;
   ratio: number | null;
+  engineWaiting: number | null;
+  engineKvUtilization: number | null;
   lastDecision: AdaptiveDecision;
-  /** The level this worker last breached at, while its increases stay under it; else null. */
-  breachCeiling: number | null;
-  /** This worker's SLO band evidence (see AdaptiveLimitSnapshot.sloEvidence). */
-  sloEvidence: number;
 }
 
 type AdaptiveCapacitySnapshot = AdaptiveLimitSnapshot & {
@@ -130,13 +131,11 @@ export class AdaptiveCapacity implements CapacitySource, CapacityFeedback {
   private queuedPeak = 0;
   private readonly windows: Periodic;
   private readonly controllers = new Map<string, Controlled>();
-  /** Per-worker controllers made so far: the next one's re-probe offset. */
-  private workerControllers = 0;
   private heldBackSource: (() => number) | undefined = undefined;
   private readonly listWorkers: (() => readonly AdaptiveWorker[]) | undefined;
   private readonly minCapacity: number;
   private readonly maxCapacity: number;
-  private readonly base: Omit<AdaptiveLimitOptions, "minCapacity" | "maxCapacity" | "initialCapacity">;
+  private readonly base: Pick<AdaptiveLimitOptions, "tpotSloMs" | "ttftSloMs" | "kvTargetUtilization">;
   private readonly windowMs: number;
   /** The sum of the healthy workers' limits, clamped (kept between windows and worker changes). */
   private current = 0;
@@ -160,17 +159,11 @@ export class AdaptiveCapacity implements CapacitySource, CapacityFeedback {
     private readonly clock: Clock,
     private readonly onBound?: (bound: "min" | "max", limit: number, wanted: number) => void,
   ) {
-    const { minCapacity, maxCapacity, tpotSloMs, ttftSloMs, workers, ...tuning } = options;
-    // Fields left undefined take the controller's defaults.
-    const defined = Object.fromEntries(Object.entries(tuning).filter(([, v]) => v !== undefined));
+    const { minCapacity, maxCapacity, tpotSloMs, ttftSloMs, kvTargetUtilization, workers } = options;
     this.listWorkers = workers;
     this.minCapacity = minCapacity ?? 1;
     this.maxCapacity = maxCapacity ?? Math.max(NO_BOUND, this.minCapacity);
-    this.base = {
-      ...defined,
-      ...(tpotSloMs !== undefined ? { tpotSloMs } : {}),
-      ...(ttftSloMs !== undefined ? { ttftSloMs } : {}),
-    };
+    this.base = { tpotSloMs, ttftSloMs, kvTargetUtilization };
     // The pool-wide controller (or a probe of the options when there are workers): a bad option
     // throws here, at construction, naming its key.
     const first = this.create(
@@ -237,6 +230,7 @@ export class AdaptiveCapacity implements CapacitySource, CapacityFeedback {
     let limits = 0;
     for (const c of healthy) limits += c.controller.limit;
     for (const c of healthy) c.controller.setHeldBack(limits > 0 ? (held * c.controller.limit) / limits : 0);
+
     for (const c of healthy) {
       const d = c.controller.tick();
       // The pool's decision: a decrease anywhere is the news, else an increase, else a hold.
@@ -315,19 +309,13 @@ export class AdaptiveCapacity implements CapacitySource, CapacityFeedback {
         | "decreases"
         | "overloadDecreases"
         | "sloDecreases"
-        | "probes"
-        | "probeSteps"
+        | "engineDecreases"
         | "storedSamples"
         | "invalidSamples"
         | "staleSamples"
-        | "ceilingHolds"
         | "heldBack",
     ) => snaps.reduce((s, x) => s + x[k], 0);
-    const phase: AdaptivePhase = snaps.some((s) => s.phase === "calibrating")
-      ? "calibrating"
-      : snaps.some((s) => s.phase === "probing")
-        ? "probing"
-        : "tracking";
+    const phase: AdaptivePhase = snaps.some((s) => s.phase === "starting") ? "starting" : "tracking";
     const capacity = this.capacity;
     // The ceiling in force: adaptive_max_capacity, or what the healthy workers report when that is
     // lower (when it is unset, always): the internal 16384 would read as a bound nobody set.
@@ -343,15 +331,11 @@ export class AdaptiveCapacity implements CapacitySource, CapacityFeedback {
       decreases: sumOf("decreases"),
       overloadDecreases: sumOf("overloadDecreases"),
       sloDecreases: sumOf("sloDecreases"),
-      probes: sumOf("probes"),
-      probeSteps: sumOf("probeSteps"),
+      engineDecreases: sumOf("engineDecreases"),
       storedSamples: sumOf("storedSamples"),
       invalidSamples: sumOf("invalidSamples"),
       staleSamples: sumOf("staleSamples"),
-      ceilingHolds: sumOf("ceilingHolds"),
       heldBack: sumOf("heldBack"),
-      // A level is one controller's: per worker it is in `workers`.
-      breachCeiling: this.listWorkers === undefined ? head.breachCeiling : null,
       bound: this.current <= this.minCapacity ? "min" : this.current >= ceiling ? "max" : head.bound,
       capacity,
       inflight: this.inflightNow,
@@ -369,9 +353,9 @@ export class AdaptiveCapacity implements CapacitySource, CapacityFeedback {
                 tpotP90Ms: snaps[i]!.tpotP90Ms,
                 tpotBaselineMs: snaps[i]!.tpotBaselineMs,
                 ratio: snaps[i]!.ratio,
+                engineWaiting: snaps[i]!.engineWaiting,
+                engineKvUtilization: snaps[i]!.engineKvUtilization,
                 lastDecision: snaps[i]!.lastDecision,
-                breachCeiling: snaps[i]!.breachCeiling,
-                sloEvidence: snaps[i]!.sloEvidence,
               },
             ],
       ),
@@ -388,9 +372,6 @@ export class AdaptiveCapacity implements CapacitySource, CapacityFeedback {
     quiet = false,
   ): Controlled {
     const onBound = quiet ? undefined : this.onBound;
-    // Workers' controllers take turns at their periodic re-probes (each steps its limit down):
-    // offsets of k x 0.618 (mod 1) of the interval are evenly spread for any fleet size.
-    const probeOffset = worker === undefined ? 0 : (this.workerControllers++ * GOLDEN_FRACTION) % 1;
     const controller = new AdaptiveLimit(
       {
         ...this.base,
@@ -398,7 +379,6 @@ export class AdaptiveCapacity implements CapacitySource, CapacityFeedback {
         maxCapacity: max,
         initialCapacity: initial,
         onBound: onBound ? (e) => onBound(e.bound, e.limit, e.wanted) : undefined,
-        probeOffset,
       },
       this.clock,
     );
@@ -477,6 +457,7 @@ export class AdaptiveCapacity implements CapacitySource, CapacityFeedback {
       if (controller === undefined) continue;
       const binding = controller.limit < w.availableCapacity;
       controller.sampleUsage(w.inflight, binding ? queued : 0);
+      controller.sampleEngine(w.engineView?.());
     }
   }
 

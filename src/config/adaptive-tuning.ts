@@ -1,26 +1,16 @@
 /**
- * The `adaptive_tuning` block, in the gateway file and in a simulator scenario: the adaptive
- * controller's tuning constants by YAML key (every `adaptive_*` key of the defaults table at the
- * top of src/capacity/adaptive-limit.ts). Numbers only here; their ranges are the controller's own
- * (resolveAdaptiveLimitOptions), so the two cannot drift.
+ * The `adaptive_tuning` block (gateway file, simulator scenario) held the latency-only adaptive
+ * controller's thirty constants. The controller that follows the engine's signals has none an
+ * operator sets (issue 39 §4): a file that still has the block fails with this message instead of
+ * "unknown key", so an operator upgrading learns what replaced it.
  */
-import { z } from "zod";
-import { ADAPTIVE_TUNING_KEYS, type AdaptiveTuning } from "../capacity/adaptive-limit.js";
+import { ConfigError } from "@sluice/scheduler/core/errors.js";
 
-export const adaptiveTuningSchema = z.strictObject(
-  Object.fromEntries(
-    ADAPTIVE_TUNING_KEYS.map(([, key]) => [key, z.number({ error: "must be a number" }).optional()]),
-  ),
-  // Only the block's own type; an unknown key keeps its issue (reported as "unknown key").
-  { error: (issue) => (issue.code === "invalid_type" ? "must be a mapping" : undefined) },
-);
+export const ADAPTIVE_TUNING_REMOVED =
+  "removed: the adaptive controller has no tuning constants any more (it follows the engines' waiting queue and KV use, with the SLOs as guards; docs/adaptive.md); delete the block. Its settings are adaptive_min_capacity, adaptive_max_capacity, tpot_slo_ms, ttft_slo_ms and kv_target_utilization";
 
-/** The block's values by option name; keys it leaves out take the controller's defaults. */
-export function tuningOptions(block: Readonly<Record<string, number | undefined>>): Partial<AdaptiveTuning> {
-  const tuning: Partial<AdaptiveTuning> = {};
-  for (const [option, key] of ADAPTIVE_TUNING_KEYS) {
-    const value = block[key];
-    if (value !== undefined) tuning[option] = value;
-  }
-  return tuning;
+/** Throws when `value` (an `adaptive_tuning` block) is present; `where` names it. */
+export function rejectAdaptiveTuning(value: unknown, where: string): void {
+  if (value === undefined) return;
+  throw new ConfigError(where, ADAPTIVE_TUNING_REMOVED);
 }

@@ -10,9 +10,8 @@ import type { ClassOverrides, Pricing } from "@sluice/scheduler/core/config.js";
 import { ConfigError } from "@sluice/scheduler/core/errors.js";
 import { parse as parseYaml } from "yaml";
 import type { z } from "zod";
-import { type AdaptiveTuning, resolveAdaptiveLimitOptions } from "../capacity/adaptive-limit.js";
 import type { LoadSheddingOptions } from "../shedding/load-shedding.js";
-import { adaptiveTuningSchema, tuningOptions } from "./adaptive-tuning.js";
+import { rejectAdaptiveTuning } from "./adaptive-tuning.js";
 import {
   apiKeysSchema,
   keyedSheddingSchema,
@@ -23,7 +22,6 @@ import {
 import { GATEWAY_OPTIONS, OPTION_KEYS } from "./gateway-option-table.js";
 import type { ApiKeySpec } from "./gateway-settings.js";
 import { pricingSchema } from "./pricing.js";
-import { toConfigError } from "./zod-errors.js";
 
 export type GatewayFile = Readonly<Record<string, unknown>>;
 
@@ -133,24 +131,9 @@ export function fileShedding(file: GatewayFile, path: string | undefined): LoadS
   return shedding;
 }
 
-/**
- * The `adaptive_tuning` block (src/config/adaptive-tuning.ts), each value checked here by the
- * controller's own rules so a bad one stops startup, not the first worker's discovery.
- */
-export function fileAdaptiveTuning(file: GatewayFile, path: string | undefined): Partial<AdaptiveTuning> {
-  const value = file.adaptive_tuning;
-  if (value === undefined || value === null) return {};
-  const where = `${path}: adaptive_tuning`;
-  const parsed = adaptiveTuningSchema.safeParse(value);
-  if (!parsed.success) throw toConfigError(parsed.error, where);
-  const tuning = tuningOptions(parsed.data);
-  try {
-    resolveAdaptiveLimitOptions({ ...tuning, minCapacity: 1, maxCapacity: 1, initialCapacity: 1 });
-  } catch (err) {
-    if (!(err instanceof ConfigError)) throw err;
-    throw new ConfigError(`${where}.${err.path}`, err.reason);
-  }
-  return tuning;
+/** `adaptive_tuning`: removed (src/config/adaptive-tuning.ts says why); present, it stops startup. */
+export function checkNoAdaptiveTuning(file: GatewayFile, path: string | undefined): void {
+  rejectAdaptiveTuning(file.adaptive_tuning, `${path}: adaptive_tuning`);
 }
 
 /** `trusted_tenant_header`: a header name, or null (the default) for none. */

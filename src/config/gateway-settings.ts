@@ -7,7 +7,6 @@ import type { PriorityClass } from "@sluice/scheduler/core/class.js";
 import type { ClassOverrides, Pricing } from "@sluice/scheduler/core/config.js";
 import type { LegacyLimiterOptions } from "@sluice/scheduler/core/legacy.js";
 import type { StateOptions } from "../admission/redis/options.js";
-import type { AdaptiveTuning } from "../capacity/adaptive-limit.js";
 import type { EngineChoice } from "../capacity/engine-signals/engine-kind.js";
 import type { LedgerOptions } from "../ledger/writer.js";
 import type { BreakerOptions, PolicyName, RoutingOptions } from "../routing/options.js";
@@ -60,7 +59,8 @@ export type CapacityMode = (typeof CAPACITY_MODES)[number];
 
 /**
  * Where the scheduler's capacity comes from: the workers' reports (static), or a controller that
- * moves it with time per output token and TTFT (adaptive; docs/adaptive.md).
+ * follows the engines' saturation signals with the TPOT and TTFT SLOs as guards (adaptive;
+ * docs/adaptive.md).
  */
 export interface CapacityOptions {
   mode: CapacityMode;
@@ -68,12 +68,10 @@ export interface CapacityOptions {
   minCapacity?: number | undefined;
   /** Adaptive upper bound (default: the workers' reported capacity). */
   maxCapacity?: number | undefined;
-  /** Time-per-output-token ceiling: above it the limit shrinks and the baseline freezes. */
+  /** Time-per-output-token ceiling (on the p90 of a decision's samples): above it the limit shrinks. */
   tpotSloMs?: number | undefined;
-  /** Time-to-first-token ceiling, same rule. */
+  /** Time-to-first-token ceiling (from dispatch), same rule. */
   ttftSloMs?: number | undefined;
-  /** The controller's tuning constants (the `adaptive_tuning` block); unset ones keep their defaults. */
-  tuning?: Partial<AdaptiveTuning> | undefined;
 }
 
 /** Client-side timeouts and the connection cap of a listener. */

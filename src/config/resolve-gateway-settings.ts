@@ -7,7 +7,7 @@ import { ConfigError } from "@sluice/scheduler/core/errors.js";
 import { defaultReplicaId } from "../contracts/replica-id.js";
 import { parseLedgerTarget } from "../ledger/target.js";
 import {
-  fileAdaptiveTuning,
+  checkNoAdaptiveTuning,
   filePools,
   fileShedding,
   fileTrustedTenantHeader,
@@ -208,8 +208,8 @@ function capacitySettings(
     maxCapacity: values.adaptive_max_capacity,
     tpotSloMs: values.tpot_slo_ms,
     ttftSloMs: values.ttft_slo_ms,
-    tuning: fileAdaptiveTuning(file, configPath),
   };
+  checkNoAdaptiveTuning(file, configPath);
   if (settings.maxCapacity !== undefined && values.adaptive_min_capacity > settings.maxCapacity) {
     throw new ConfigError(
       "--adaptive-min-capacity",

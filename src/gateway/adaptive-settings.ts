@@ -8,7 +8,6 @@ export function adaptiveSettingsWithoutEffect(capacity: CapacityOptions | undefi
   if (capacity.maxCapacity !== undefined) given.push("adaptive_max_capacity");
   if (capacity.tpotSloMs !== undefined) given.push("tpot_slo_ms");
   if (capacity.ttftSloMs !== undefined) given.push("ttft_slo_ms");
-  if (capacity.tuning !== undefined && Object.keys(capacity.tuning).length > 0) given.push("adaptive_tuning");
   return given;
 }
 
@@ -25,5 +24,18 @@ export function warnOfAdaptiveSettingsWithoutEffect(
   logger.warn(
     { settings: idle },
     `${idle.join(", ")}: no effect while capacity_mode is static (--capacity-mode adaptive turns the controller on)`,
+  );
+}
+
+/**
+ * Adaptive mode with neither SLO: the controllers follow the engines' waiting queues and KV use
+ * only (and workers' 429/503), so a worker whose engine exports neither runs at its reported
+ * capacity. Said at start: an operator may expect latency to be watched too.
+ */
+export function warnOfAdaptiveWithoutGuards(capacity: CapacityOptions | undefined, logger: Logger): void {
+  if (capacity?.mode !== "adaptive") return;
+  if (capacity.tpotSloMs !== undefined || capacity.ttftSloMs !== undefined) return;
+  logger.warn(
+    "adaptive capacity without tpot_slo_ms or ttft_slo_ms follows only the engines' waiting queues, their KV use and workers' 429/503: a worker whose engine exports no signals runs at its reported capacity (docs/adaptive.md)",
   );
 }

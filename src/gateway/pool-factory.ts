@@ -50,7 +50,6 @@ export function poolFactory(parts: PoolFactoryParts): PoolFactory {
         ? new AdaptiveCapacity(
             discovered,
             {
-              ...capacityOptions.tuning,
               minCapacity: capacityOptions.minCapacity,
               maxCapacity: capacityOptions.maxCapacity,
               tpotSloMs: capacityOptions.tpotSloMs,
@@ -75,8 +74,10 @@ export function poolFactory(parts: PoolFactoryParts): PoolFactory {
         ? classesOfPool(parts.policyFile!.classes, models, options.pools, poolLogger)
         : undefined;
     if (admission === undefined) {
-      // The startup check (reservations fit) runs on a real capacity: a pool that has no healthy
-      // worker yet is checked against the fallback, then set to what it has.
+      // The startup check (reservations fit) runs on a real capacity: the fleet's size the
+      // reservations are sized at (under adaptive capacity, not the cold start's lower limit); a
+      // pool that has no healthy worker yet is checked against the fallback, then set to what it has.
+      const sizedAt = capacity.reservedAt ?? capacity.capacity;
       const create =
         shared === undefined
           ? createInProcessBackend
@@ -86,7 +87,7 @@ export function poolFactory(parts: PoolFactoryParts): PoolFactory {
         defaultMaxClass,
         classes: classes!,
         tenantPolicies: policy.tenantPolicies,
-        capacity: capacity.capacity > 0 ? capacity.capacity : parts.fallbackCapacity,
+        capacity: sizedAt > 0 ? sizedAt : parts.fallbackCapacity,
         legacy: options.legacy,
         observer: metrics.observer,
         clock,

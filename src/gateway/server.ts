@@ -12,7 +12,7 @@ import type { OutcomeSink } from "../contracts/outcome.js";
 import type { LedgerWriter } from "../ledger/writer.js";
 import { createMetrics, type SluiceMetrics } from "../metrics/index.js";
 import type { LoadShedding } from "../shedding/load-shedding.js";
-import { warnOfAdaptiveSettingsWithoutEffect } from "./adaptive-settings.js";
+import { warnOfAdaptiveSettingsWithoutEffect, warnOfAdaptiveWithoutGuards } from "./adaptive-settings.js";
 import type { AdminServer } from "./admin/admin.js";
 import type { DashboardFactory, GatewayDashboard } from "./admin/dashboard-port.js";
 import { pinCapacityHandler } from "./admin/pin-capacity.js";
@@ -91,6 +91,7 @@ export async function startGateway<D extends GatewayDashboard = GatewayDashboard
     const policy = new LivePolicy(options, discovered.policyFile);
     const shared = await startSharedStateIfAsked(options, policy.tenantPolicies, metrics, clock, stops);
     warnOfAdaptiveSettingsWithoutEffect(options.capacity, logger);
+    warnOfAdaptiveWithoutGuards(options.capacity, logger);
     const fleetLegacy = fleetWideLegacyAdmission(options, discovered, policy, shared, metrics, clock);
     const fleet = startPools(
       {

@@ -6,12 +6,11 @@
  *
  *   node --import tsx src/sim/adaptive-bench.ts [--no-write] [--experiment key=value ...]
  *
- * `--experiment adaptive_min_samples=200` adds a column with the controller run on that tuning
- * (policy.adaptive_tuning), for diagnosis; the shipped scenarios run its defaults.
+ * `--experiment tpot_slo_ms=12` adds a column with the controller run on that setting, for
+ * diagnosis; the shipped scenarios run their own.
  */
 import { cpus, loadavg, totalmem } from "node:os";
 import { fileURLToPath } from "node:url";
-import { ADAPTIVE_LIMIT_KEYS, type AdaptiveTuning } from "../capacity/adaptive-limit.js";
 import type { CapacityWindow } from "./capacity-report.js";
 import { simulate } from "./index.js";
 import { kneeSweep } from "./knee.js";
@@ -144,24 +143,35 @@ function adaptiveTable(rows: Row[], experiment: string | undefined): string {
   return out.join("\n");
 }
 
-function parseExperiment(argv: string[]): { label: string; tuning: Partial<AdaptiveTuning> } | undefined {
+/** The operator's settings an experiment may change, by YAML key. */
+const EXPERIMENT_KEYS = {
+  tpot_slo_ms: "tpotSloMs",
+  ttft_slo_ms: "ttftSloMs",
+  adaptive_min_capacity: "minCapacity",
+  adaptive_max_capacity: "maxCapacity",
+} as const;
+
+type ExperimentSettings = Partial<
+  Pick<Scenario["capacity"], (typeof EXPERIMENT_KEYS)[keyof typeof EXPERIMENT_KEYS]>
+>;
+
+function parseExperiment(argv: string[]): { label: string; settings: ExperimentSettings } | undefined {
   const pairs: string[] = [];
   argv.forEach((a, i) => {
     if (a === "--experiment" && argv[i + 1] !== undefined) pairs.push(argv[i + 1]!);
   });
   if (pairs.length === 0) return undefined;
-  const byKey = new Map<string, string>(
-    Object.entries(ADAPTIVE_LIMIT_KEYS).map(([option, key]) => [key, option]),
-  );
-  const tuning: Partial<AdaptiveTuning> = {};
+  const settings: ExperimentSettings = {};
   for (const p of pairs) {
     const [k, v] = p.split("=");
-    const option = byKey.get(k ?? "") as keyof AdaptiveTuning | undefined;
+    const option = EXPERIMENT_KEYS[k as keyof typeof EXPERIMENT_KEYS];
     if (option === undefined || !Number.isFinite(Number(v)))
-      throw new Error(`--experiment ${p}: unknown key or value`);
-    tuning[option] = Number(v);
+      throw new Error(
+        `--experiment ${p}: unknown key or value (keys: ${Object.keys(EXPERIMENT_KEYS).join(", ")})`,
+      );
+    settings[option] = Number(v);
   }
-  return { label: pairs.join(", "), tuning };
+  return { label: pairs.join(", "), settings };
 }
 
 async function main(argv: string[]): Promise<void> {
@@ -184,7 +194,7 @@ async function main(argv: string[]): Promise<void> {
       const variant: Scenario = {
         ...scenario,
         policies: ["sluice-adaptive"],
-        capacity: { ...scenario.capacity, tuning: { ...scenario.capacity.tuning, ...experiment.tuning } },
+        capacity: { ...scenario.capacity, ...experiment.settings },
       };
       exp = await simulate(variant);
     }

@@ -132,10 +132,8 @@ interface ControllerReport {
   decreases: number;
   overload_decreases: number;
   slo_decreases: number;
-  /** Windows whose increase a breach ceiling held back. */
-  ceiling_holds: number;
-  probes: number;
-  probe_steps: number;
+  /** Cuts the engine's own signals asked for (its waiting queue, its KV use over target). */
+  engine_decreases: number;
 }
 
 /** One model pool under one policy (reports of scenarios with several pools). */
@@ -600,9 +598,7 @@ function controllerReport(snap: AdaptiveLimitSnapshot | undefined): ControllerRe
     decreases: snap.decreases,
     overload_decreases: snap.overloadDecreases,
     slo_decreases: snap.sloDecreases,
-    ceiling_holds: snap.ceilingHolds,
-    probes: snap.probes,
-    probe_steps: snap.probeSteps,
+    engine_decreases: snap.engineDecreases,
   };
 }
 

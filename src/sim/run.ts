@@ -580,7 +580,6 @@ export async function runPolicy(
       ? new AdaptiveCapacity(
           discovered,
           {
-            ...scenario.capacity.tuning,
             minCapacity: scenario.capacity.minCapacity,
             // A pool's limit is bounded by what its workers report.
             maxCapacity:

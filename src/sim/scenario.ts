@@ -19,12 +19,8 @@ import {
 import { ConfigError } from "@sluice/scheduler/core/errors.js";
 import { parse as parseYaml } from "yaml";
 import { z } from "zod";
-import {
-  ADAPTIVE_TUNING_KEYS,
-  type AdaptiveTuning,
-  resolveAdaptiveLimitOptions,
-} from "../capacity/adaptive-limit.js";
-import { adaptiveTuningSchema, tuningOptions } from "../config/adaptive-tuning.js";
+import { resolveAdaptiveLimitOptions } from "../capacity/adaptive-limit.js";
+import { rejectAdaptiveTuning } from "../config/adaptive-tuning.js";
 import { pricingSchema } from "../config/pricing.js";
 import { parseSchedulerConfig, parseSchedulerYaml } from "../config/scheduler-file.js";
 import { formPools } from "../gateway/fleet/pool-formation.js";
@@ -327,7 +323,8 @@ const keyedSheddingSchema = z.strictObject({
 /** Issue 12's gateway keys (capacity mode, adaptive bounds and SLOs, shedding), in `policy:` and the gateway file. */
 function capacitySchemaShape() {
   return {
-    adaptive_tuning: adaptiveTuningSchema.optional(),
+    // Removed; kept in the shape so its error says what replaced it (config/adaptive-tuning.ts).
+    adaptive_tuning: z.unknown().optional(),
     capacity_mode: z
       .enum(CAPACITY_MODES, { error: () => `must be one of ${CAPACITY_MODES.join(", ")}` })
       .optional(),
@@ -604,8 +601,6 @@ interface CapacitySettings {
   maxCapacity: number;
   tpotSloMs: number | undefined;
   ttftSloMs: number | undefined;
-  /** The controller's tuning constants given in `adaptive_tuning` (the rest take its defaults). */
-  tuning: Partial<AdaptiveTuning>;
 }
 
 export interface ScenarioOverrides {
@@ -1199,7 +1194,8 @@ function capacitySettings(
   const maxCapacity = maxGiven ?? fleetCapacity;
   const tpotSloMs = pol.tpot_slo_ms ?? gw.tpot_slo_ms;
   const ttftSloMs = pol.ttft_slo_ms ?? gw.ttft_slo_ms;
-  const tuning = tuningOptions({ ...(gw.adaptive_tuning ?? {}), ...(pol.adaptive_tuning ?? {}) });
+  rejectAdaptiveTuning(pol.adaptive_tuning, at("policy.adaptive_tuning"));
+  rejectAdaptiveTuning(gw.adaptive_tuning, `${at("policy.gateway_config")}: adaptive_tuning`);
   if (maxGiven === undefined && minCapacity > maxCapacity) {
     throw new ConfigError(
       keyPath(pol, "adaptive_min_capacity", at),
@@ -1208,7 +1204,6 @@ function capacitySettings(
   }
   try {
     resolveAdaptiveLimitOptions({
-      ...tuning,
       minCapacity,
       maxCapacity,
       initialCapacity: fleetCapacity,
@@ -1217,19 +1212,9 @@ function capacitySettings(
     });
   } catch (err) {
     if (!(err instanceof ConfigError)) throw err;
-    const reason = err.reason;
-    if (ADAPTIVE_TUNING_KEYS.some(([, key]) => key === err.path)) {
-      const inPolicy = pol.adaptive_tuning?.[err.path] !== undefined;
-      throw new ConfigError(
-        inPolicy
-          ? at(`policy.adaptive_tuning.${err.path}`)
-          : `${at("policy.gateway_config")}: adaptive_tuning.${err.path}`,
-        reason,
-      );
-    }
-    throw new ConfigError(keyPath(pol, err.path as keyof CapacityKeys, at), reason);
+    throw new ConfigError(keyPath(pol, err.path as keyof CapacityKeys, at), err.reason);
   }
-  return { mode, minCapacity, maxCapacity, tpotSloMs, ttftSloMs, tuning };
+  return { mode, minCapacity, maxCapacity, tpotSloMs, ttftSloMs };
 }
 
 /** The shedding blocks as LoadShedding options, checked by its constructor (errors name the key). */

@@ -32,6 +32,7 @@
  * enter the cache when its prefill ends, and the cache lives in the KV the running requests leave
  * free, least recently used blocks going first.
  */
+import type { EngineView } from "../capacity/adaptive-limit.js";
 import { BlockCache } from "./block-cache.js";
 import type { SimClock, SimEvent } from "./clock.js";
 import type { WorkerProfile } from "./profiles.js";
@@ -309,6 +310,18 @@ export class Worker {
 
   get kvTokensUsed(): number {
     return this.kvUsed;
+  }
+
+  /**
+   * What its engine's /metrics would say now (running, waiting, KV use): the signals adaptive
+   * capacity reads from a real engine. Read live at each window close, as a scrape every second.
+   */
+  engineView(): EngineView {
+    return {
+      running: this.running.size,
+      waiting: this.waiting.size,
+      kvUtilization: this.kvUsed / this.profile.kvTokens,
+    };
   }
 
   /** Places a request on this worker; it joins the batch at the next iteration with room for it. */

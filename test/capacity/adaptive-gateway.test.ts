@@ -9,13 +9,18 @@ import { describe, type TestContext, test } from "node:test";
 import { ManualClock } from "@sluice/scheduler/core/clock.js";
 import type { StateOptions } from "../../src/admission/redis/options.js";
 import { PACE_MIN_TAIL_TOKENS } from "../../src/capacity/adaptive.js";
-import type { AdaptiveTuning } from "../../src/capacity/adaptive-limit.js";
 import type { MockWorker, MockWorkerOptions } from "../../src/mock-worker/index.js";
 import { redisOrSkip, statePrefix } from "../admission/services.js";
 import { type Fleet, metric, schedulerDoc, startFleet } from "../helpers/harness.js";
 
 const KNEE = 8;
 const TPOT_SLO_MS = 12;
+/**
+ * Where the controller settles in front of that worker: TPOT is 2 ms up to the knee and 2 ms more
+ * per request past it, so the set point (0.97 x the 12 ms SLO, 11.6 ms) is at about 13 requests;
+ * a decision's p90 moves it by a request or two either way.
+ */
+const settledLimit = (limit: number) => limit >= KNEE && limit <= 2 * KNEE;
 const LONG = { queue_timeout_secs: 3600, queue_size: 10_000, starvation_threshold_secs: 3600 };
 
 /** Keeps `clients` streams going until `stop()`; counts answers by status. */
@@ -73,16 +78,11 @@ interface FedSample {
 }
 
 /** A fleet of one worker at `tokenDelayMs` a token, with every `ok` sample recorded as fed. */
-async function paceFleet(
-  t: TestContext,
-  tokenDelayMs: number,
-  worker: MockWorkerOptions = {},
-  tuning: Partial<AdaptiveTuning> = {},
-) {
+async function paceFleet(t: TestContext, tokenDelayMs: number, worker: MockWorkerOptions = {}) {
   const fleet = await startFleet(t, {
     workers: [{ maxRunningRequests: 8, ttftMs: 5, tokenDelayMs, batchSlowdown: 0, ...worker }],
     schedulerYaml: schedulerDoc({}),
-    gateway: { capacity: { mode: "adaptive", minCapacity: 1, tpotSloMs: 1000, tuning } },
+    gateway: { capacity: { mode: "adaptive", minCapacity: 1, tpotSloMs: 1000 } },
   });
   const adaptive = fleet.gateway.adaptive!;
   const samples: FedSample[] = [];
@@ -124,7 +124,7 @@ async function reservedShareRun(t: TestContext, state?: StateOptions): Promise<v
   const peaks: number[] = [];
   const served: number[] = [];
   // At least 45 windows; on a slow machine more, until the last 10 run near the knee.
-  const nearKnee = (peak: number) => peak >= KNEE * 0.75 && peak <= KNEE * 1.5;
+  const nearKnee = (peak: number) => peak >= KNEE * 0.75 && peak <= 2 * KNEE;
   const settled = () => limits.length >= 45 && peaks.slice(-10).filter(nearKnee).length >= 8;
   await runWindows(fleet, clock, load, limits, settled, (stats) => {
     peaks.push(stats.peakRunning);
@@ -175,15 +175,15 @@ describe("adaptive capacity over HTTP", () => {
     assert.equal(fleet.gateway.admission.mode, "scheduler");
     const adaptive = fleet.gateway.adaptive;
     assert.ok(adaptive, "the gateway runs adaptive capacity");
-    assert.equal(fleet.gateway.capacity.capacity, 64, "cold start from the discovered capacity");
+    assert.equal(fleet.gateway.capacity.capacity, 16, "cold start at a quarter of the discovered capacity");
     // No adaptive_max_capacity: the ceiling shown is what the worker reports.
     assert.equal(adaptive.snapshot().maxCapacity, 64);
 
     const load = closedLoop(fleet, 32);
     const limits: number[] = [];
     const peaks: number[] = [];
-    const inBand = (limit: number) => limit >= KNEE * 0.5 && limit <= KNEE * 1.5;
-    // Settled: ten windows in a row within a band around 8, where 64 would have put TPOT at
+    const inBand = settledLimit;
+    // Settled: ten windows in a row within the band around the set point, where 64 would have put TPOT at
     // 2 x (1 + 56) ms. A slow machine gives fewer samples per window, so the run may take more
     // windows, never more than 90.
     // At least 40 windows, so the band is the steady state, not a pass on the way down.
@@ -194,7 +194,7 @@ describe("adaptive capacity over HTTP", () => {
       phase: snapshot.phase,
       tpot: snapshot.tpotP90Ms,
       base: snapshot.tpotBaselineMs,
-      probes: snapshot.probes,
+      sloDecreases: snapshot.sloDecreases,
     })}`;
     t.diagnostic(detail);
     assert.ok(settled(), detail);
@@ -203,8 +203,9 @@ describe("adaptive capacity over HTTP", () => {
     for (let i = limits.length - 9; i < limits.length; i++) {
       assert.ok(peaks[i]! <= Math.max(limits[i - 1]!, limits[i - 2]!) + 1, detail);
     }
-    for (const peak of peaks.slice(-5)) assert.ok(peak <= KNEE * 1.5, detail);
-    assert.ok(snapshot.tpotP90Ms !== null && snapshot.tpotP90Ms < TPOT_SLO_MS, detail);
+    for (const peak of peaks.slice(-5)) assert.ok(peak <= 2 * KNEE, detail);
+    // The last decision's p90 may be the one over the SLO that cut; what the limit holds TPOT at is under it.
+    assert.ok(snapshot.tpotBaselineMs !== null && snapshot.tpotBaselineMs < TPOT_SLO_MS, detail);
     assert.ok((load.statuses.get(200) ?? 0) > 100, `answers: ${JSON.stringify([...load.statuses])}`);
     assert.deepEqual([...load.statuses.keys()], [200], "every request served, none refused");
 
@@ -257,74 +258,54 @@ describe("adaptive capacity over HTTP", () => {
   });
 
   test("a worker streaming 4 tokens an event: the pace reads tokens once a stream has taught it, or at once when the worker reports its interval", async (t) => {
-    // 10 ms a token, a window of 200 ms: a pace mark about every second. SGLang's --stream-interval 4
-    // (or speculative decoding) sends 4 tokens an event; read as one each, the pace is 4x slow.
+    // 25 ms a token and 280 tokens: a 7 s stream, with a pace mark at 5 s (every five windows).
+    // SGLang's --stream-interval 4 (or speculative decoding) sends 4 tokens an event; read as one
+    // each, the pace is 4x slow.
     const unreported = { streamInterval: 4, reportStreamInterval: false };
-    const { fleet, adaptive, samples } = await paceFleet(t, 10, unreported, { windowMs: 200 });
-    assert.equal(adaptive.paceIntervalMs, 1000);
+    const { fleet, adaptive, samples } = await paceFleet(t, 25, unreported);
+    assert.equal(adaptive.paceIntervalMs, 5000);
     const perEvent = () =>
       (fleet.gateway.status() as { workers: Array<{ tokens_per_event: number }> }).workers[0]!
         .tokens_per_event;
     assert.equal(perEvent(), 1, "nothing reported, nothing learned yet");
-    // Marks span about 1 s; the end's sample spans the stream from its dispatch (2.4 s and more).
+    // Marks span about 5 s; the end's sample spans the stream from its dispatch (7 s and more).
     const marks = () =>
-      samples.filter((x) => x.ttftMs === undefined && x.spanMs! < 2000).map((x) => x.tpotMs!);
-    assert.equal((await fleet.chat({ stream: true, max_tokens: 240 })).status, 200);
+      samples.filter((x) => x.ttftMs === undefined && x.spanMs! < 6000).map((x) => x.tpotMs!);
+    assert.equal((await fleet.chat({ stream: true, max_tokens: 280 })).status, 200);
     const before = marks();
     const detail = () =>
       `marks before ${before.map(Math.round)}; all ${JSON.stringify(samples.map(({ at: _, ...x }) => x))}`;
     assert.ok(before.length >= 1, `a mark while the first stream ran: ${detail()}`);
-    for (const tpot of before) assert.ok(tpot >= 25, `the first stream's marks read events: ${detail()}`);
-    // Learned from the first stream's usage: 240 tokens in 60 token events.
+    for (const tpot of before) assert.ok(tpot >= 60, `the first stream's marks read events: ${detail()}`);
+    // Learned from the first stream's usage: 280 tokens in 70 token events.
     const learned = perEvent();
     assert.ok(learned >= 3.6 && learned <= 4.4, `learned ${learned}`);
     samples.length = 0;
-    assert.equal((await fleet.chat({ stream: true, max_tokens: 240 })).status, 200);
+    assert.equal((await fleet.chat({ stream: true, max_tokens: 280 })).status, 200);
     const after = marks();
     assert.ok(after.length >= 1, detail());
     for (const tpot of after)
-      assert.ok(tpot >= 7 && tpot <= 16, `about 10 ms a token now: ${after.map(Math.round)}`);
+      assert.ok(tpot >= 18 && tpot <= 40, `about 25 ms a token now: ${after.map(Math.round)}`);
 
     // A worker that reports its interval (SGLang's /get_server_info) is read right from the start.
-    const reported = await paceFleet(t, 10, { streamInterval: 4 }, { windowMs: 200 });
+    const reported = await paceFleet(t, 25, { streamInterval: 4 });
     const status = reported.fleet.gateway.status() as { workers: Array<{ tokens_per_event: number }> };
     assert.equal(status.workers[0]!.tokens_per_event, 4);
-    assert.equal((await reported.fleet.chat({ stream: true, max_tokens: 240 })).status, 200);
+    assert.equal((await reported.fleet.chat({ stream: true, max_tokens: 280 })).status, 200);
     const first = reported.samples
-      .filter((x) => x.ttftMs === undefined && x.spanMs! < 2000)
+      .filter((x) => x.ttftMs === undefined && x.spanMs! < 6000)
       .map((x) => x.tpotMs!);
     assert.ok(first.length >= 1, `marks: ${first}`);
     for (const tpot of first)
-      assert.ok(tpot >= 7 && tpot <= 16, `about 10 ms a token: ${first.map(Math.round)}`);
-  });
-
-  test("a worker that sends no usage: a stream's events count its tokens; a whole answer gives no sample", async (t) => {
-    // A bare OpenAI-compatible server that ignores stream_options: without the count from the
-    // events, answers shorter than a pace mark would give no TPOT at all, and over real HTTP the
-    // limit stayed where the cold start's cut left it (32 at knee 16, TPOT 73 ms against 15).
-    const { fleet, samples } = await paceFleet(t, 10, { reportUsage: false });
-    const reply = await fleet.chat({ stream: true, max_tokens: 40 });
-    assert.equal(reply.status, 200);
-    assert.doesNotMatch(reply.text, /"usage":\{/, "the worker sent no usage");
-    const detail = JSON.stringify(samples.map(({ at: _, ...x }) => x));
-    const paced = samples.filter((x) => x.tpotMs !== undefined);
-    assert.equal(paced.length, 1, `one TPOT, at the end: ${detail}`);
-    assert.ok(paced[0]!.tpotMs! >= 7 && paced[0]!.tpotMs! <= 20, `about 10 ms a token: ${detail}`);
-    assert.equal(
-      samples.filter((x) => x.ttftMs !== undefined).length,
-      1,
-      `the TTFT at the first event: ${detail}`,
-    );
-    samples.length = 0;
-    assert.equal((await fleet.chat({ max_tokens: 40 })).status, 200);
-    assert.deepEqual(samples, [], "a whole answer without usage: no count of its tokens, no sample");
+      assert.ok(tpot >= 18 && tpot <= 40, `about 25 ms a token: ${first.map(Math.round)}`);
   });
 
   test("ttft_slo_ms acts at a cold start while the first cohort still streams: its TTFTs come at the first token", async (t) => {
-    // A worker advertising 64 with its knee at 8: 32 streams admitted at once wait 3 x 25 = 75 ms
-    // for their first token, over a 30 ms TTFT SLO, and then decode for seconds (400 tokens at
-    // 50 ms). Reported with the answers' ends, those TTFTs would come after the cold start's first
-    // step and be dropped as stale: the SLO would act only once the cohort had drained.
+    // A worker advertising 64 with its knee at 8: the cold start's 16 streams admitted at once wait
+    // for their first token over a 30 ms TTFT SLO, and then decode for seconds (400 tokens at
+    // 50 ms). Reported with the answers' ends, those TTFTs would come only once the cohort had
+    // drained. 16 samples are fewer than a decision's 60: the controller decides on them after
+    // ten windows (CONTROLLER.patientWindows).
     const clock = new ManualClock(Date.UTC(2026, 10, 23, 12));
     const fleet = await startFleet(t, {
       workers: [
@@ -342,9 +323,9 @@ describe("adaptive capacity over HTTP", () => {
     const limits: number[] = [];
     let completed = 0;
     try {
-      for (let w = 0; w < 4; w++) {
+      for (let w = 0; w < 11; w++) {
         fleet.workers[0]!.resetStats();
-        await new Promise((resolve) => setTimeout(resolve, 300));
+        await new Promise((resolve) => setTimeout(resolve, 150));
         completed += fleet.workers[0]!.stats().completed;
         clock.advance(1000);
         limits.push(fleet.gateway.capacity.capacity);
@@ -357,7 +338,7 @@ describe("adaptive capacity over HTTP", () => {
     t.diagnostic(detail);
     assert.equal(completed, 0, `no answer of the cohort has ended: ${detail}`);
     assert.ok(snapshot.sloDecreases >= 1, `an SLO decrease on the TTFT: ${detail}`);
-    assert.ok(limits.at(-1)! <= 32, `the limit came down from 64 while the cohort streams: ${detail}`);
+    assert.ok(limits.at(-1)! < 16, `the limit came down from 16 while the cohort streams: ${detail}`);
     await Promise.race([Promise.all(loops), new Promise((resolve) => setTimeout(resolve, 0))]);
   });
 
@@ -395,8 +376,7 @@ describe("adaptive capacity over HTTP", () => {
     const peaks: number[] = [];
     /** Requests holding a legacy slot: admission itself is bounded, not only the worker's room. */
     const admitted: number[] = [];
-    const inBand = (limit: number) => limit >= KNEE * 0.5 && limit <= KNEE * 1.5;
-    const settled = () => limits.length >= 20 && limits.slice(-10).every(inBand);
+    const settled = () => limits.length >= 20 && limits.slice(-10).every(settledLimit);
     await runWindows(fleet, clock, load, limits, settled, (stats) => {
       peaks.push(stats.peakRunning);
       admitted.push(fleet.gateway.admission.snapshot().inflight);
@@ -441,7 +421,7 @@ describe("adaptive capacity over HTTP", () => {
     const [fast, slow] = fleet.workers as [MockWorker, MockWorker];
     const urls = [fast.url, slow.url];
     const limitOf = (url: string) => adaptive.snapshot().workers.find((w) => w.worker === url)?.limit;
-    assert.equal(fleet.gateway.capacity.capacity, 64, "cold start from both workers' reports");
+    assert.equal(fleet.gateway.capacity.capacity, 16, "cold start at a quarter of both workers' reports");
 
     const load = closedLoop(fleet, 48);
     // Per round: each worker's limit after the window closed, and its peak during the round.
@@ -544,8 +524,8 @@ describe("adaptive capacity over HTTP", () => {
       schedulerYaml: schedulerDoc(),
       gateway: { clock, capacity: { mode: "adaptive", minCapacity: 4, maxCapacity: 24 } },
     });
-    // The cold start is clamped to the bounds.
-    assert.equal(fleet.gateway.capacity.capacity, 24);
+    // The cold start: a quarter of the reported 32 under the bound of 24.
+    assert.equal(fleet.gateway.capacity.capacity, 6);
     fleet.gateway.capacity.setPin(3);
     assert.equal(fleet.gateway.capacity.capacity, 3);
     clock.advance(5000);
@@ -554,26 +534,19 @@ describe("adaptive capacity over HTTP", () => {
     assert.equal(fleet.gateway.capacity.capacity, fleet.gateway.adaptive!.capacity);
   });
 
-  test("the controller's constants (adaptive_tuning) reach every worker's controller; a bad one stops startup", async (t) => {
+  test("every worker's controller closes a window each second on the gateway's clock", async (t) => {
     const clock = new ManualClock(0);
     const fleet = await startFleet(t, {
       workers: [{ maxRunningRequests: 32 }, { maxRunningRequests: 32 }],
       schedulerYaml: schedulerDoc(),
-      gateway: { clock, capacity: { mode: "adaptive", minCapacity: 4, tuning: { windowMs: 5000 } } },
+      gateway: { clock, capacity: { mode: "adaptive", minCapacity: 4 } },
     });
     const windows = () => fleet.gateway.adaptive!.snapshot().windows;
     const at = windows();
-    clock.advance(4999);
-    assert.equal(windows(), at, "no window closes before adaptive_window_ms");
+    clock.advance(999);
+    assert.equal(windows(), at, "no window closes before a second");
     clock.advance(1);
     assert.equal(windows(), at + 1);
-    await assert.rejects(
-      startFleet(t, {
-        workers: [{ maxRunningRequests: 8 }],
-        gateway: { capacity: { mode: "adaptive", tuning: { probeStep: 0 } } },
-      }),
-      /adaptive_probe_step/,
-    );
   });
 
   test("bad bounds are a startup error naming the key", async (t) => {

@@ -6,96 +6,100 @@ import {
   type AdaptiveDecision,
   AdaptiveLimit,
   type AdaptiveLimitOptions,
+  type EngineView,
 } from "../../src/capacity/adaptive-limit.js";
 
-// The adaptive limit's test bench, shared by the adaptive-limit-*.test.ts files: a simulated pool
-// with a knee, the band a converged limit must sit in, and the option bounds every test starts from.
+// The adaptive limit's test bench, shared by the adaptive-limit tests: one simulated engine driven
+// window by window (1 window = 1 s), whose TPOT grows linearly with the batch, as a real engine's
+// step time does, and which queues what it cannot run or hold in KV.
 
-// ---------------------------------------------------------------------------------------------
-// A simulated worker pool with a knee, driven window by window (1 window = windowMs = 1 s).
-
-export interface WorkerModel {
-  /** Concurrency up to which latency is flat. */
-  knee: number;
-  /** TPOT at or below the knee, ms. */
-  baseTpotMs: number;
-  /** Past the knee latency is base * (1 + slope * (c - knee)). */
-  slope: number;
-  /** TTFT = (ttftFixedMs + ttftPerTokenMs * promptTokens) * load factor. */
-  ttftFixedMs: number;
-  ttftPerTokenMs: number;
-  /** A worker-wide slowdown (1 = none): every latency is multiplied by it. */
+export interface EngineModel {
+  /** TPOT of a lone request, ms. */
+  floorMs: number;
+  /** TPOT added per request in the batch, ms. */
+  perRequestMs: number;
+  /** Most requests it runs at once; more wait inside it. */
+  maxRunning: number;
+  /** KV tokens it holds, and each request's footprint. */
+  kvTokens: number;
+  tokensPerRequest: number;
+  /** Export its running / waiting / KV use (a /metrics the controller can read). */
+  exportsSignals: boolean;
+  /** Every latency x this (a slow GPU, an incident). */
   slowdown: number;
 }
 
-export const KNEE = 16;
-export const BASE_TPOT = 20;
-
-export function worker(overrides: Partial<WorkerModel> = {}): WorkerModel {
+/** TPOT 10 ms alone, 20 ms at 40 requests: with tpot_slo_ms 20 the set point (0.97) sits near 38. */
+export function engine(overrides: Partial<EngineModel> = {}): EngineModel {
   return {
-    knee: KNEE,
-    baseTpotMs: BASE_TPOT,
-    slope: 0.5,
-    ttftFixedMs: 30,
-    ttftPerTokenMs: 0.1,
+    floorMs: 10,
+    perRequestMs: 0.25,
+    maxRunning: 256,
+    kvTokens: 1_000_000,
+    tokensPerRequest: 1000,
+    exportsSignals: true,
     slowdown: 1,
     ...overrides,
   };
 }
 
-export function loadFactor(w: WorkerModel, c: number): number {
-  return (c <= w.knee ? 1 : 1 + w.slope * (c - w.knee)) * w.slowdown;
-}
+export const SLO_MS = 20;
 
-export const shortPrompt = (r: () => number) => 100 + Math.floor(r() * 100);
-export const longPrompt = (r: () => number) => 8000 + Math.floor(r() * 4000);
-
-/**
- * Fluid model: each window the pool runs c = min(limit, demand) requests, reports that level and
- * the queue behind it, and max(12, c) completions whose TPOT and TTFT follow the model at c, with
- * +-5% jitter.
- */
 export class Sim {
   readonly clock = new ManualClock();
   readonly ctl: AdaptiveLimit;
-  readonly model: WorkerModel;
   readonly rand: () => number;
-  demand = 100;
-  prompt: (r: () => number) => number = shortPrompt;
-  /** Share of the limit the scheduler's reservations hold back for idle higher classes. */
-  reserved = 0;
-  /** Tell the controller about those slots (setHeldBack), as the gateway does. */
-  reportHeld = true;
+  /** Requests that want to run (the rest of the limit stays idle). */
+  demand = 200;
+  /** Worker overloads (429/503) to report in the next window. */
+  overloads = 0;
+  /** Answers carry token timings (false: answers without token counts give no TPOT). */
+  timed = true;
   /** What ran, per window. */
   readonly ran: number[] = [];
 
-  constructor(options: Partial<AdaptiveLimitOptions> = {}, model = worker(), seed = 1) {
-    this.model = model;
+  constructor(
+    options: Partial<AdaptiveLimitOptions> = {},
+    readonly model = engine(),
+    seed = 1,
+  ) {
     this.rand = prng(seed);
     this.ctl = new AdaptiveLimit(
-      { minCapacity: 1, maxCapacity: 256, initialCapacity: 64, ...options },
+      { minCapacity: 1, maxCapacity: 256, initialCapacity: 256, tpotSloMs: SLO_MS, ...options },
       this.clock,
     );
   }
 
+  /** What the engine says with `sent` requests on it. */
+  view(sent: number): EngineView | undefined {
+    const m = this.model;
+    if (!m.exportsSignals) return undefined;
+    const kvRoom = Math.floor(m.kvTokens / m.tokensPerRequest);
+    const running = Math.min(sent, m.maxRunning, kvRoom);
+    const kvUtilization = (running * m.tokensPerRequest) / m.kvTokens;
+    return { running, waiting: sent - running, kvUtilization, maxRunning: m.maxRunning };
+  }
+
+  /** TPOT at `running` requests, with +-5% jitter. */
+  tpot(running: number): number {
+    const m = this.model;
+    return (m.floorMs + m.perRequestMs * running) * m.slowdown * (0.95 + 0.1 * this.rand());
+  }
+
   window(): AdaptiveDecision | undefined {
-    const room = Math.floor(this.ctl.limit * (1 - this.reserved));
-    const c = Math.min(room, this.demand);
-    this.ran.push(c);
-    this.ctl.sampleUsage(c, this.demand - c);
-    this.ctl.setHeldBack(this.reportHeld && this.demand > c ? this.ctl.limit - room : 0);
-    const f = loadFactor(this.model, c);
-    const n = c > 0 ? Math.max(12, c) : 0;
-    for (let i = 0; i < n; i++) {
-      const promptTokens = this.prompt(this.rand);
-      const jitter = () => 0.95 + 0.1 * this.rand();
-      this.ctl.observe({
-        kind: "ok",
-        promptTokens,
-        ttftMs: (this.model.ttftFixedMs + this.model.ttftPerTokenMs * promptTokens) * f * jitter(),
-        tpotMs: this.model.baseTpotMs * f * jitter(),
-      });
+    const sent = Math.min(this.ctl.limit, this.demand);
+    this.ran.push(sent);
+    this.ctl.sampleUsage(sent, this.demand - sent);
+    const view = this.view(sent);
+    this.ctl.sampleEngine(view);
+    const running = view?.running ?? sent;
+    // Each running request reports a pace mark that began within this window.
+    if (this.timed) {
+      for (let i = 0; i < running; i++)
+        this.ctl.observe({ kind: "ok", tpotMs: this.tpot(running), spanMs: 500 });
     }
+    for (let i = 0; i < this.overloads; i++) this.ctl.observe({ kind: "overload" });
+    this.overloads = 0;
     this.clock.advance(1000);
     return this.ctl.tick();
   }
@@ -109,16 +113,6 @@ export class Sim {
     }
     return limits;
   }
-}
-
-export const LOW = 0.8 * KNEE; // 12.8
-export const HIGH = 1.25 * KNEE; // 20
-export const inBand = (limit: number) => limit >= LOW && limit <= HIGH;
-
-/** Windows until the limit is in the band (1-based), or Infinity. */
-export function windowsToBand(limits: number[]): number {
-  const i = limits.findIndex(inBand);
-  return i < 0 ? Number.POSITIVE_INFINITY : i + 1;
 }
 
 export function range(limits: number[]): [number, number] {

@@ -10,6 +10,7 @@ import type { PriorityClass } from "@sluice/scheduler/core/class.js";
 import { ManualClock } from "@sluice/scheduler/core/clock.js";
 import type { ClassSnapshot } from "@sluice/scheduler/core/events.js";
 import { AdaptiveCapacity, type AdaptiveWorker, heldBackOf } from "../../src/capacity/adaptive.js";
+import { CONTROLLER } from "../../src/capacity/adaptive-limit.js";
 import { PinnableCapacity } from "../../src/capacity/pinned.js";
 import { CapacityNotifier, type CapacitySource } from "../../src/contracts/capacity-source.js";
 
@@ -56,19 +57,19 @@ function setup(options: { min?: number; max?: number } = {}) {
 const kneeAt = (knee: number) => (c: number) => (c <= knee ? 10 : 10 * (1 + (c - knee)));
 
 describe("AdaptiveCapacity with one controller per worker", () => {
-  test("cold start: each worker's limit is its report, the pool's their sum", () => {
+  test("cold start: each worker's limit is a quarter of its report, the pool's their sum", () => {
     const { adaptive, workers } = setup();
-    assert.equal(adaptive.capacity, 64, "the pool starts at 32 + 32");
+    assert.equal(adaptive.capacity, 16, "the pool starts at 8 + 8");
     assert.deepEqual(
       workers.map((w) => w.adaptiveLimit),
-      [32, 32],
-      "each worker's limit starts at its report",
+      [8, 8],
+      "each worker's limit starts at a quarter of its report",
     );
     assert.deepEqual(
       adaptive.snapshot().workers.map((w) => [w.worker, w.limit]),
       [
-        ["http://a", 32],
-        ["http://b", 32],
+        ["http://a", 8],
+        ["http://b", 8],
       ],
       "the snapshot lists both",
     );
@@ -96,11 +97,12 @@ describe("AdaptiveCapacity with one controller per worker", () => {
     );
     assert.equal(low.adaptive.capacity, 20, "the pool holds its floor");
     const high = setup({ max: 40 });
-    assert.equal(high.adaptive.capacity, 40, "the cold start is clamped to the ceiling");
+    for (let i = 0; i < 60; i++) high.window(() => 10);
+    assert.equal(high.adaptive.capacity, 40, "TPOT never rises: the pool's limit stops at the ceiling");
     assert.deepEqual(
       high.workers.map((w) => w.adaptiveLimit),
       [32, 32],
-      "each worker keeps its own report as its ceiling",
+      "each worker stops at its own report",
     );
   });
 
@@ -186,8 +188,8 @@ describe("AdaptiveCapacity with one controller per worker", () => {
     adaptive.subscribe((c) => seen.push(c));
     healthy.list = [workers[0]!];
     notifier.changed(32);
-    assert.equal(adaptive.capacity, 32, "only the remaining worker counts");
-    assert.deepEqual(seen, [32], "listeners hear it");
+    assert.equal(adaptive.capacity, 8, "only the remaining worker counts");
+    assert.deepEqual(seen, [8], "listeners hear it");
   });
 
   test("samples without a known worker are dropped, not charged to another", () => {
@@ -220,7 +222,8 @@ describe("AdaptiveCapacity with one controller per worker", () => {
     adaptive.queued(5);
     adaptive.inflight(-1);
     adaptive.queued(-5);
-    for (const w of workers) for (let k = 0; k < 20; k++) adaptive.sample({ kind: "ok", tpotMs: 10 }, w.url);
+    for (const w of workers)
+      for (let k = 0; k < CONTROLLER.minSamples; k++) adaptive.sample({ kind: "ok", tpotMs: 10 }, w.url);
     clock.advance(1000);
     adaptive.closeWindow();
     assert.ok(a!.adaptiveLimit! > before[0]!, `a was in use: ${before[0]} -> ${a!.adaptiveLimit}`);
@@ -229,7 +232,8 @@ describe("AdaptiveCapacity with one controller per worker", () => {
       `the queue kept b's limit in use: ${before[1]} -> ${b!.adaptiveLimit}`,
     );
     // The next window sees neither: a's peak and the queue's went with the close.
-    for (const w of workers) for (let k = 0; k < 20; k++) adaptive.sample({ kind: "ok", tpotMs: 10 }, w.url);
+    for (const w of workers)
+      for (let k = 0; k < CONTROLLER.minSamples; k++) adaptive.sample({ kind: "ok", tpotMs: 10 }, w.url);
     const after = [a!.adaptiveLimit!, b!.adaptiveLimit!];
     clock.advance(1000);
     adaptive.closeWindow();

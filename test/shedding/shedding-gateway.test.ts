@@ -350,15 +350,14 @@ describe("configuration", () => {
     assert.equal(f.capacity.mode, "static");
     assert.deepEqual(adaptiveSettingsWithoutEffect(f.capacity), ["adaptive_max_capacity", "tpot_slo_ms"]);
     assert.deepEqual(adaptiveSettingsWithoutEffect({ ...f.capacity, mode: "adaptive" }), []);
-    assert.deepEqual(adaptiveSettingsWithoutEffect({ mode: "static", tuning: {} }), []);
 
     const fleet = await startFleet(t, {
       workers: [{}],
-      gateway: { capacity: { mode: "static", ttftSloMs: 500, tuning: { windowMs: 500 } } },
+      gateway: { capacity: { mode: "static", ttftSloMs: 500 } },
     });
     const warned = fleet.logs.filter((l) => l.level === 40 && l.msg.includes("capacity_mode is static"));
     assert.equal(warned.length, 1, JSON.stringify(fleet.logs.map((l) => l.msg)));
-    assert.match(warned[0]!.msg, /^ttft_slo_ms, adaptive_tuning: no effect while capacity_mode is static/);
+    assert.match(warned[0]!.msg, /^ttft_slo_ms: no effect while capacity_mode is static/);
     const quiet = await startFleet(t, { workers: [{}], gateway: { capacity: { mode: "static" } } });
     assert.ok(!quiet.logs.some((l) => l.msg.includes("capacity_mode is static")));
   });
@@ -413,13 +412,11 @@ describe("configuration", () => {
         "tpot_slo_ms: 80",
         "load_shedding: {max_queue_wait_ms: 4000, codel_classes: [bulk], codel_target_ms: 300}",
         "keyed_shedding: {header: X-Session-Id, classes: [bulk, default], rotation_window_secs: 120}",
-        "adaptive_tuning: {adaptive_window_ms: 500, adaptive_slo_max_decrease: 0.2}",
       ].join("\n"),
     );
     const f = parseGatewayArgs(["--config", file]);
     assert.equal(f.capacity.mode, "adaptive");
     assert.equal(f.capacity.tpotSloMs, 80);
-    assert.deepEqual(f.capacity.tuning, { windowMs: 500, sloMaxDecrease: 0.2 });
     const prioritized = f.shedding.prioritized;
     assert.ok(prioritized);
     assert.equal(prioritized.maxQueueWaitMs, 4000);
@@ -439,18 +436,12 @@ describe("configuration", () => {
       ["keyed_shedding: {min_percent: 150}", /keyed_shedding\.min_percent: must be <= 100/],
       ["keyed_shedding: {classes: [system]}", /keyed_shedding\.classes\.0/],
       ["capacity_mode: sometimes", /capacity_mode: must be one of static, adaptive/],
-      ["adaptive_tuning: {adaptive_windw_ms: 500}", /adaptive_tuning\.adaptive_windw_ms: unknown key/],
-      ["adaptive_tuning: {tpot_slo_ms: 20}", /adaptive_tuning\.tpot_slo_ms: unknown key/],
+      // The latency-only controller's constants are gone: the block's error says what replaced them.
       [
-        "adaptive_tuning: {adaptive_window_ms: fast}",
-        /adaptive_tuning\.adaptive_window_ms: must be a number/,
+        "adaptive_tuning: {adaptive_window_ms: 500}",
+        /adaptive_tuning: removed: the adaptive controller has no tuning constants any more.*kv_target_utilization/,
       ],
-      ["adaptive_tuning: {adaptive_probe_step: 0}", /adaptive_tuning\.adaptive_probe_step: must be > 0/],
-      [
-        "adaptive_tuning: {adaptive_slo_min_decrease: 0.2, adaptive_slo_max_decrease: 0.1}",
-        /adaptive_tuning\.adaptive_slo_max_decrease: must be >= adaptive_slo_min_decrease/,
-      ],
-      ["adaptive_tuning: [1]", /adaptive_tuning: must be a mapping/],
+      ["adaptive_tuning: [1]", /adaptive_tuning: removed/],
     ];
     for (const [line, pattern] of bad) {
       write(`worker_urls: [http://127.0.0.1:9]\n${line}\n`);

@@ -25,34 +25,28 @@ function key(e: ExpectationResult): string {
 }
 
 /**
- * Issue 12's bounds that sluice-adaptive misses with the controller's defaults as of this commit
- * (BENCHMARKS.md, "Adaptive capacity and shedding in the simulator", has every figure, and a
- * best-fixed-limit reference that shows which misses no single limit avoids):
- * - incident: at 2x on every worker the p99 TPOT curve is flat near the SLO; the best fixed limit
- *   serves 79% of the knee's throughput within it, so the 90% goodput bound is out of reach for any
- *   limit (adaptive serves 75%, 95% of the best fixed limit's). After the descent the pool's limit
- *   stays within 27-40 around a median of 32, and within ±20% of its median only for the phase's
- *   last 10 minutes (convergence 1201 s): where TPOT barely moves with concurrency, the SLO band's
- *   evidence still moves each worker's limit (about 8) by whole steps of about 12%. After the incident the
- *   workers' median TPOT baseline reads 0.889 of the one before (bound 0.9): lower, not higher (the
- *   incident did not become the normal); it follows the limit's path out of the incident, and 2
- *   seeds of 24 miss it with the SLO band or without.
- * - mix shift (long prompts): the controllers hold each worker's TPOT p90 near 13 ms, and with long
- *   prompts the pool's p99 of a 10 s window is then over 15 ms in about a fifth of the windows (79%
- *   in the SLO): the tail is the short answers, whose mean TPOT one long prefill on their worker
- *   moves most (p99 16.6 ms under 100 output tokens, 13.5 ms at 200 and more). A fixed limit of 80
- *   keeps 97% of the windows and 92% of the goodput, so only a limit within a few percent of 80
- *   meets both.
- * Over seeds 1-12 the six scenarios miss 52 bounds: cold start 7, incident 29, mix shift 14, slow
- * worker 0, staged load 2, bulk flood 0; over seeds 13-24, 53 (58 and 67 before the SLO band
- * weighed p90s near the SLO over windows; 59 over seeds 1-12 before a stream's TTFT went to the
- * controller at its first token; 69 before a cold start's undone probe step went back to what ran
- * instead of the discovered capacity; 77 before SLO breaches in a row took growing cuts and a stale
- * TPOT baseline was re-based instead of probed; 81 before the workers' re-probes took turns).
+ * Issue 12's bounds that sluice-adaptive misses as of this commit, with the controller that follows
+ * the engines' signals and holds each worker's TPOT p90 at 0.97 x tpot_slo_ms (issue 39;
+ * BENCHMARKS.md, "Adaptive capacity and shedding in the simulator", has every figure against the
+ * best fixed limit):
+ * - incident: every worker 2x slower puts TPOT alone at 11.6 ms, near the 13 ms tpot_slo_ms; the
+ *   p90 reaches 0.97 x 13 at about 4-5 requests a worker, and the controller holds it there (a pool
+ *   limit of 16-20, converging slowly because a flat curve leaves the p90 near its set point at
+ *   many levels), where the best fixed limit (36) keeps the window p99 under the SLO's 15 ms with a
+ *   p90 over 13: 5.4 req/s within the SLO against 11.2. After it the limit climbs back to the
+ *   demand in 36 s (bound 30).
+ * - mix shift (long prompts): 93% of the windows within the SLO (bound 95%; a fixed 80 keeps 97%):
+ *   long prefills spread the short answers' TPOT, so the same p90 gives a window p99 over 15 ms
+ *   more often.
+ * - cold start: 94% of the windows (one window in 17 over the SLO during the climb from a quarter
+ *   of the reported 512).
+ * Over seeds 1 and 2 the six scenarios miss 5 and 7 of their 42 bounds (the latency-only
+ * controller this replaced: 4 and 5, with 30 tuning keys and four times the code).
  */
 const KNOWN_GAPS: Record<string, string[]> = {
   "adaptive-mix-shift": ["tpot_slo_attainment/interactive@long"],
-  "adaptive-incident": ["convergence_secs@incident", "goodput_rps@incident", "tpot_baseline_ms@after~before"],
+  "adaptive-incident": ["convergence_secs@incident", "goodput_rps@incident", "convergence_secs@after"],
+  "adaptive-cold-start": ["tpot_slo_attainment/interactive"],
 };
 
 function expectation(report: Report, policy: "sluice" | "sluice-adaptive", k: string): ExpectationResult {
@@ -117,7 +111,7 @@ test("adaptive-cold-start: starting at 150% of the knee", async (t) => {
   const r = await simulate(loadScenario(path("adaptive-cold-start")));
   staticMisses(r, "tpot_slo_attainment/interactive");
   const ts = r.policies["sluice-adaptive"]!.timeseries;
-  assert.equal(ts.capacity[0], 512, "the controller cold-starts from the reported capacity");
+  assert.equal(ts.capacity[0], 128, "the controller cold-starts at a quarter of the reported 512");
   await adaptiveChecks(t, r);
 });
 

@@ -202,7 +202,6 @@ test("adaptive capacity and shedding: defaults, the gateway file's keys, and err
     maxCapacity: 32, // the fleet's reported capacity: 2 x toy's 16
     tpotSloMs: undefined,
     ttftSloMs: undefined,
-    tuning: {},
   });
   assert.equal(s.shedding, undefined);
   const a = resolveScenario(
@@ -213,7 +212,6 @@ test("adaptive capacity and shedding: defaults, the gateway file's keys, and err
         ...base().policy,
         adaptive_min_capacity: 4,
         tpot_slo_ms: 40,
-        adaptive_tuning: { adaptive_min_samples: 50 },
         load_shedding: { max_queue_wait_ms: 500, usage_half_life_secs: 30, codel_classes: ["bulk"] },
         keyed_shedding: { classes: ["bulk"], rotation_window_secs: 60, min_percent: 10 },
       },
@@ -226,7 +224,6 @@ test("adaptive capacity and shedding: defaults, the gateway file's keys, and err
     maxCapacity: 32,
     tpotSloMs: 40,
     ttftSloMs: undefined,
-    tuning: { minSamples: 50 },
   });
   assert.deepEqual(a.shedding, {
     prioritized: { maxQueueWaitMs: 500, usageHalfLifeMs: 30_000, codelClasses: ["bulk"] },
@@ -271,12 +268,8 @@ test("adaptive capacity and shedding: defaults, the gateway file's keys, and err
     [(d) => (d.policy.tpot_slo_ms = 0), "scenario.yaml: policy.tpot_slo_ms: must be > 0"],
     [(d) => (d.policy.ttft_slo_ms = "fast"), "scenario.yaml: policy.ttft_slo_ms: must be a number"],
     [
-      (d) => (d.policy.adaptive_tuning = { adaptive_probe_step: 2 }),
-      "scenario.yaml: policy.adaptive_tuning.adaptive_probe_step: must be > 0 and < 1",
-    ],
-    [
-      (d) => (d.policy.adaptive_tuning = { probe_step: 0.5 }),
-      "scenario.yaml: policy.adaptive_tuning.probe_step: unknown key",
+      (d) => (d.policy.adaptive_tuning = { adaptive_probe_step: 0.5 }),
+      "scenario.yaml: policy.adaptive_tuning: removed: the adaptive controller has no tuning constants any more (it follows the engines' waiting queue and KV use, with the SLOs as guards; docs/adaptive.md); delete the block. Its settings are adaptive_min_capacity, adaptive_max_capacity, tpot_slo_ms, ttft_slo_ms and kv_target_utilization",
     ],
     [
       (d) => (d.policy.load_shedding = true),

@@ -19,6 +19,7 @@ import { type Clock, realClock, type TimerHandle } from "@sluice/scheduler/core/
 import type { CancelSignal } from "@sluice/scheduler/core/signal.js";
 import type { Logger } from "pino";
 import { Pool } from "undici";
+import type { EngineView } from "../../capacity/adaptive-limit.js";
 import {
   DEFAULT_ENGINE_SIGNALS,
   type EngineChoice,
@@ -169,6 +170,27 @@ export class Worker {
   get engineRoom(): number {
     const foreign = this.engineLoad.foreign;
     return foreign === 0 ? this.capacity : Math.max(1, this.capacity - foreign);
+  }
+
+  /**
+   * Its engine's load now for adaptive capacity: the last scrape, with this gateway's requests
+   * admitted or completed since counted in (a request beyond what the engine runs waits there).
+   * Undefined when its engine exports no reading.
+   */
+  engineView(): EngineView | undefined {
+    const scrape = this.engineLoad.latest;
+    if (scrape === undefined) return undefined;
+    const { running, waiting } = scrape.reading;
+    // Own requests at the scrape: what the engine held less the foreign load.
+    const ownThen = Math.max(0, running + waiting - scrape.foreign);
+    const nowWaiting = Math.max(0, waiting + this.inflight - ownThen);
+    const open = scrape.foreign + this.inflight;
+    return {
+      running: Math.max(0, open - nowWaiting),
+      waiting: nowWaiting,
+      kvUtilization: this.engineLoad.estimatedKvUtilization(this.promptTokensInFlight),
+      maxRunning: scrape.reading.maxRunning,
+    };
   }
 
   /** Its share of the pool's capacity: all of its room, its trial requests when half-open, none when open. */
