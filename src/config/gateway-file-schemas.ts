@@ -5,6 +5,7 @@
  */
 import { z } from "zod";
 import { ENGINE_CHOICES } from "../capacity/engine-signals/engine-kind.js";
+import { CAPACITY_UNITS, validTargetUtilization } from "../capacity/kv-budget.js";
 import { schedulerFileSchema } from "./scheduler-file.js";
 
 const sheddableClass = z.enum(["bulk", "default", "interactive"], {
@@ -49,13 +50,23 @@ export const workersSchema = z.array(
   }),
 );
 
-/** Per-pool overrides of the priority YAML's classes, keyed by any model of the pool. */
+/**
+ * Per-pool settings, keyed by any model of the pool: overrides of the priority YAML's classes, and
+ * the pool's capacity unit and KV target (docs/capacity.md).
+ */
 export const poolsSchema = z.record(
   z.string().min(1, "must be a model name"),
   z.strictObject({
     classes: schedulerFileSchema.shape.classes,
+    capacity_unit: z
+      .enum(CAPACITY_UNITS, { error: `must be one of ${CAPACITY_UNITS.join(", ")}` })
+      .optional(),
+    kv_target_utilization: z
+      .number({ error: "must be a number > 0 and <= 1" })
+      .refine(validTargetUtilization, "must be a number > 0 and <= 1")
+      .optional(),
   }),
-  { error: "must be a mapping of model name to {classes: ...}" },
+  { error: "must be a mapping of model name to {classes, capacity_unit, kv_target_utilization}" },
 );
 
 export const apiKeysSchema = z.array(z.strictObject({ sha256: z.string(), tenant: z.string() }));

@@ -10,6 +10,7 @@ import type { ClassOverrides, Pricing } from "@sluice/scheduler/core/config.js";
 import { ConfigError } from "@sluice/scheduler/core/errors.js";
 import { parse as parseYaml } from "yaml";
 import type { z } from "zod";
+import type { CapacityUnit } from "../capacity/kv-budget.js";
 import type { LoadSheddingOptions } from "../shedding/load-shedding.js";
 import { rejectAdaptiveTuning } from "./adaptive-tuning.js";
 import {
@@ -98,6 +99,25 @@ export function filePools(file: GatewayFile, path: string | undefined): Record<s
   const pools = block(file, "pools", poolsSchema, path) ?? {};
   const out: Record<string, ClassOverrides> = {};
   for (const [model, entry] of Object.entries(pools)) out[model] = (entry.classes ?? {}) as ClassOverrides;
+  return out;
+}
+
+/** The `pools` block's capacity keys, per model that sets any (`pools.<model>.capacity_unit`, `kv_target_utilization`). */
+export function filePoolCapacity(
+  file: GatewayFile,
+  path: string | undefined,
+): Record<string, { unit?: CapacityUnit; targetUtilization?: number }> {
+  const pools = block(file, "pools", poolsSchema, path) ?? {};
+  const out: Record<string, { unit?: CapacityUnit; targetUtilization?: number }> = {};
+  for (const [model, entry] of Object.entries(pools)) {
+    if (entry.capacity_unit === undefined && entry.kv_target_utilization === undefined) continue;
+    out[model] = {
+      ...(entry.capacity_unit !== undefined ? { unit: entry.capacity_unit } : {}),
+      ...(entry.kv_target_utilization !== undefined
+        ? { targetUtilization: entry.kv_target_utilization }
+        : {}),
+    };
+  }
   return out;
 }
 

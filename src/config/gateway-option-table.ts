@@ -5,6 +5,7 @@
  * A row also gives the value's parser, its default, its `--help` line and its line in the docs
  * table (docs/gateway.md "Flags", generated from these rows by src/config/flags-doc-table.ts).
  */
+
 import { PRIORITY_CLASSES } from "@sluice/scheduler/core/class.js";
 import { InvalidArgumentError } from "commander";
 import {
@@ -14,6 +15,11 @@ import {
   stateUrlProblem,
 } from "../admission/redis/options.js";
 import { DEFAULT_ENGINE_SIGNALS, ENGINE_CHOICES } from "../capacity/engine-signals/engine-kind.js";
+import {
+  CAPACITY_UNITS,
+  DEFAULT_KV_TARGET_UTILIZATION,
+  validTargetUtilization,
+} from "../capacity/kv-budget.js";
 import { REPLICA_ID_PATTERN } from "../contracts/replica-id.js";
 import { DEFAULT_LEDGER, DEFAULT_RETENTION_DAYS } from "../ledger/target.js";
 import { DEFAULT_BREAKER, DEFAULT_ROUTING, POLICY_NAMES } from "../routing/options.js";
@@ -559,6 +565,20 @@ export const GATEWAY_OPTIONS = {
     default: DEFAULT_ENGINE_SIGNALS.scrapeTimeoutMs,
     help: "timeout of one /metrics scrape (a late one keeps the last reading)",
     doc: "timeout of one `/metrics` scrape; a failed scrape keeps the last reading (its age shows in the status)",
+  }),
+  capacity_unit: value({
+    arg: "<unit>",
+    parse: choiceArg(CAPACITY_UNITS),
+    default: "requests",
+    help: `what a worker's capacity counts, for pools that set none (pools.<model>.capacity_unit): ${CAPACITY_UNITS.join(" | ")} (docs/capacity.md)`,
+    doc: "`requests`: a worker takes up to its max running requests; `kv_tokens`: up to its KV capacity x `kv_target_utilization` in request footprints (prompt + predicted output), max running still bounding the count; `pools.<model>.capacity_unit` sets it per pool (docs/capacity.md)",
+  }),
+  kv_target_utilization: value({
+    arg: "<x>",
+    parse: numArg("a number > 0 and <= 1", validTargetUtilization),
+    default: DEFAULT_KV_TARGET_UTILIZATION,
+    help: "kv_tokens: the share of each worker's KV cache its request footprints may fill (0 < x <= 1)",
+    doc: "`kv_tokens`: the share of each worker's KV capacity its requests' footprints may fill; the rest is slack for the output prediction's error and the engine's own blocks (`pools.<model>.kv_target_utilization` per pool; docs/capacity.md)",
   }),
   rate_limit_headers: toggleOn({
     help: "send x-ratelimit-* and x-sluice-budget-* headers to identified tenants (--no-rate-limit-headers: off; Retry-After stays)",

@@ -8,6 +8,7 @@ import type { ClassOverrides, Pricing } from "@sluice/scheduler/core/config.js";
 import type { LegacyLimiterOptions } from "@sluice/scheduler/core/legacy.js";
 import type { StateOptions } from "../admission/redis/options.js";
 import type { EngineChoice } from "../capacity/engine-signals/engine-kind.js";
+import type { CapacityUnit, KvCapacitySettings } from "../capacity/kv-budget.js";
 import type { LedgerOptions } from "../ledger/writer.js";
 import type { BreakerOptions, PolicyName, RoutingOptions } from "../routing/options.js";
 import type { LoadSheddingOptions } from "../shedding/load-shedding.js";
@@ -91,6 +92,12 @@ export interface ClientLimits {
 export const LOG_LEVELS = ["trace", "debug", "info", "warn", "error", "fatal", "silent"] as const;
 type LogLevel = (typeof LOG_LEVELS)[number];
 
+/** `capacity_unit` and `kv_target_utilization`, for the fleet and per pool (by a model of the pool). */
+export interface KvCapacityOptions {
+  readonly fleet: KvCapacitySettings;
+  readonly pools: Readonly<Record<string, { unit?: CapacityUnit; targetUtilization?: number }>>;
+}
+
 /** The part of the settings that becomes the gateway's options (startGateway) as it is. */
 export interface GatewayStartSettings {
   workers: WorkerSpec[];
@@ -132,6 +139,8 @@ export interface GatewayStartSettings {
   defaultModel: string | undefined;
   /** `pools`: per-pool class overrides, keyed by a model of the pool. */
   pools: Record<string, ClassOverrides>;
+  /** Capacity unit and KV target: the fleet's default and `pools.<model>` entries (docs/capacity.md). */
+  kvCapacity: KvCapacityOptions;
   clientLimits: ClientLimits;
   health: HealthCheckOptions;
   pricing: Pricing;

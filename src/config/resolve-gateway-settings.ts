@@ -8,6 +8,7 @@ import { defaultReplicaId } from "../contracts/replica-id.js";
 import { parseLedgerTarget } from "../ledger/target.js";
 import {
   checkNoAdaptiveTuning,
+  filePoolCapacity,
   filePools,
   fileShedding,
   fileTrustedTenantHeader,
@@ -105,6 +106,10 @@ export function resolveGatewaySettings({
     maxRetries: values.max_retries,
     defaultModel: values.default_model,
     pools: filePools(file, configPath),
+    kvCapacity: {
+      fleet: { unit: values.capacity_unit, targetUtilization: values.kv_target_utilization },
+      pools: filePoolCapacity(file, configPath),
+    },
     clientLimits: {
       headersTimeoutSecs: values.client_headers_timeout_secs,
       bodyIdleTimeoutSecs: values.client_body_idle_timeout_secs,

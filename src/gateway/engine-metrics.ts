@@ -13,6 +13,8 @@ export const ENGINE_METRIC_NAMES = {
   kvUtilization: "sluice_worker_kv_utilization",
   kvEstimated: "sluice_worker_kv_utilization_estimated",
   kvCapacity: "sluice_worker_kv_capacity_tokens",
+  kvFootprint: "sluice_worker_kv_footprint_tokens",
+  kvBudget: "sluice_worker_kv_budget_tokens",
   scrapeAge: "sluice_worker_scrape_age_seconds",
 } as const;
 
@@ -62,6 +64,30 @@ export function registerEngineMetrics(registry: Registry, workers: WorkerPool, n
     M.kvCapacity,
     "KV cache capacity in tokens the worker's engine reports.",
     (w) => w.kvCapacityTokens,
+  );
+  // Capacity in KV tokens: every worker whose room counts KV tokens, reading or not.
+  const perKvWorker = (name: string, help: string, read: (w: WorkerPool["workers"][number]) => number) =>
+    new Gauge({
+      name,
+      help,
+      labelNames: ["worker", "pool"],
+      registers,
+      collect() {
+        this.reset();
+        for (const w of workers.workers) {
+          if (w.budgetTokens !== undefined) this.set({ worker: w.url, pool: w.group?.name ?? "" }, read(w));
+        }
+      },
+    });
+  perKvWorker(
+    M.kvFootprint,
+    "KV footprint (prompt + predicted output) of this gateway's requests on the worker, tokens (capacity_unit kv_tokens).",
+    (w) => w.footprintTokens,
+  );
+  perKvWorker(
+    M.kvBudget,
+    "The worker's KV token budget: KV capacity x kv_target_utilization (capacity_unit kv_tokens).",
+    (w) => w.budgetTokens ?? 0,
   );
   perWorker(M.scrapeAge, "Seconds since the worker's engine signals were last read.", (w) =>
     w.engineLoad.ageSeconds(now()),

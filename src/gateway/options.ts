@@ -12,6 +12,7 @@ import type {
   ClientLimits,
   EngineSignalOptions,
   HealthCheckOptions,
+  KvCapacityOptions,
   WorkerPolicy,
   WorkerSpec,
 } from "../config/gateway-settings.js";
@@ -29,6 +30,7 @@ export {
   type CapacityOptions,
   type EngineSignalOptions,
   type HealthCheckOptions,
+  type KvCapacityOptions,
   type WorkerPolicy,
   type WorkerSpec,
 } from "../config/gateway-settings.js";
@@ -98,6 +100,8 @@ export interface GatewayOptions {
   defaultModel?: string | undefined;
   /** Per-pool overrides of the priority YAML's classes, keyed by a model of the pool (`pools`). */
   pools?: Record<string, ClassOverrides> | undefined;
+  /** `capacity_unit` / `kv_target_utilization`, fleet-wide and per pool (default: requests). */
+  kvCapacity?: KvCapacityOptions | undefined;
   /** Client-side timeouts and the connection cap (defaults: DEFAULT_CLIENT_LIMITS). */
   clientLimits?: Partial<ClientLimits> | undefined;
   health: HealthCheckOptions;

@@ -13,6 +13,7 @@ import type { Logger } from "pino";
 import { createInProcessBackend, type InProcessOptions } from "../admission/in-process.js";
 import type { SharedState } from "../admission/redis/index.js";
 import { AdaptiveCapacity, heldBackOf } from "../capacity/adaptive.js";
+import { type KvCapacitySettings, REQUESTS_CAPACITY } from "../capacity/kv-budget.js";
 import { PinnableCapacity } from "../capacity/pinned.js";
 import { poolClasses } from "../config/pool-classes.js";
 import type { AdmissionBackend } from "../contracts/admission-backend.js";
@@ -20,7 +21,7 @@ import type { SluiceMetrics } from "../metrics/index.js";
 import { LoadShedding, resolveShedding } from "../shedding/load-shedding.js";
 import type { PoolFactory } from "./fleet/model-pools.js";
 import type { LivePolicy } from "./live-policy.js";
-import type { GatewayOptions } from "./options.js";
+import type { GatewayOptions, KvCapacityOptions } from "./options.js";
 
 export interface PoolFactoryParts {
   readonly options: GatewayOptions;
@@ -65,6 +66,14 @@ export function poolFactory(parts: PoolFactoryParts): PoolFactory {
               ),
           )
         : undefined;
+    // The pool's capacity unit (kv_tokens: its workers' rooms come from their KV budgets).
+    group.kv = kvSettingsOfPool(options.kvCapacity, models);
+    if (group.kv.unit === "kv_tokens") {
+      poolLogger.info(
+        { capacity_unit: group.kv.unit, kv_target_utilization: group.kv.targetUtilization },
+        "pool capacity counted in KV tokens",
+      );
+    }
     const capacity = new PinnableCapacity(adaptive ?? discovered);
     // A pin lifts the workers' rooms (WorkerGroup.pin): this pool's, or the fleet's in Redis.
     group.pin = () => capacity.pinned ?? shared?.redisBackend(name)?.pinnedCapacity;
@@ -140,6 +149,16 @@ export function poolFactory(parts: PoolFactoryParts): PoolFactory {
         shedding?.stop();
       },
     };
+  };
+}
+
+/** A pool's capacity unit and KV target: its first model's `pools` entry over the fleet's default. */
+function kvSettingsOfPool(kv: KvCapacityOptions | undefined, models: readonly string[]): KvCapacitySettings {
+  const fleet = kv?.fleet ?? REQUESTS_CAPACITY;
+  const entry = models.map((m) => kv?.pools[m]).find((e) => e !== undefined);
+  return {
+    unit: entry?.unit ?? fleet.unit,
+    targetUtilization: entry?.targetUtilization ?? fleet.targetUtilization,
   };
 }
 

@@ -54,6 +54,12 @@ export function gatewayStatus(sources: StatusSources): Record<string, unknown> {
       engine: w.engine ?? null,
       engine_setting: w.engineSetting,
       engine_signals: workers.engines.statusOf(w),
+      // Capacity in KV tokens (docs/capacity.md): the unit its room counts in now ("requests" when
+      // its pool counts requests or its engine reports no KV capacity), and its footprint vs budget.
+      capacity_unit: w.capacityUnit,
+      room: w.engineRoom,
+      kv_footprint_tokens: w.footprintTokens,
+      kv_budget_tokens: w.budgetTokens ?? null,
     })),
     inflight: snapshot.inflight,
     queued: snapshot.queued,
@@ -78,6 +84,13 @@ function poolStatus(p: ModelPool): Record<string, unknown> {
     capacity: p.capacity.capacity,
     discovered_capacity: p.capacity.underlying,
     pinned_capacity: p.capacity.pinned ?? null,
+    capacity_unit: p.workers.kv.unit,
+    kv_target_utilization: p.workers.kv.unit === "kv_tokens" ? p.workers.kv.targetUtilization : null,
+    // The mean footprint the workers' rooms are derived from (kv_tokens; null before any request).
+    mean_footprint_tokens:
+      p.workers.kv.unit === "kv_tokens" && p.workers.footprints.published !== undefined
+        ? Math.round(p.workers.footprints.published)
+        : null,
     admission_mode: p.admission.mode,
     fallback_reason: p.admission.fallbackReason ?? null,
     fallback_code: p.admission.fallbackCode ?? null,

@@ -49,15 +49,20 @@ export class SimPool {
     return c;
   }
 
-  /** A healthy worker that serves `model`, by the scenario's routing; undefined when none is up. */
-  route(model: string): Worker | undefined {
+  /**
+   * A healthy worker that serves `model`, by the scenario's routing; undefined when none is up.
+   * `narrow` (capacity in KV tokens) keeps the healthy workers the request fits.
+   */
+  route(model: string, narrow?: (up: readonly Worker[]) => readonly Worker[]): Worker | undefined {
     const route = this.routes.get(model);
     if (route === undefined) return undefined;
     const workers = route.workers;
+    const kept = narrow === undefined ? undefined : new Set(narrow(workers.filter((w) => w.up)));
+    const ok = (w: Worker) => w.up && (kept === undefined || kept.has(w));
     if (this.routing === "round_robin") {
       for (let i = 0; i < workers.length; i++) {
         const w = workers[(route.cursor + i) % workers.length]!;
-        if (w.up) {
+        if (ok(w)) {
           route.cursor = (route.cursor + i + 1) % workers.length;
           return w;
         }
@@ -65,7 +70,7 @@ export class SimPool {
       return undefined;
     }
     if (this.routing === "power_of_two") {
-      const up = workers.filter((w) => w.up);
+      const up = workers.filter(ok);
       if (up.length === 0) return undefined;
       const a = up[this.rng.below(up.length)]!;
       const b = up[this.rng.below(up.length)]!;
@@ -73,7 +78,7 @@ export class SimPool {
     }
     let best: Worker | undefined;
     for (const w of workers) {
-      if (!w.up) continue;
+      if (!ok(w)) continue;
       if (best === undefined || w.roomLimit - w.load > best.roomLimit - best.load) best = w;
     }
     return best;

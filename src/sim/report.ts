@@ -181,6 +181,9 @@ export interface PolicyReport {
     /** Prompt tokens found in its prefix cache, and tokens its own KV preemptions made it compute again. */
     cached_prompt_tokens: number;
     recomputed_tokens: number;
+    /** Time requests spent queued inside the worker, summed (ms), and the most queued there at once. */
+    engine_wait_ms: number;
+    engine_waiting_peak: number;
     busy_fraction: number;
     prefill_tokens: number;
     decode_tokens: number;
@@ -566,6 +569,8 @@ function policyReport(scenario: Scenario, run: RunResult): PolicyReport {
       kv_peak_tokens: w.stats.kvPeak,
       cached_prompt_tokens: w.stats.cachedTokens,
       recomputed_tokens: w.stats.recomputedTokens,
+      engine_wait_ms: Math.round(w.stats.engineWaitMs),
+      engine_waiting_peak: w.stats.engineWaitingPeak,
       busy_fraction: round(w.stats.busyMs / Math.max(1, run.endMs), 4),
       prefill_tokens: w.stats.prefillTokens,
       decode_tokens: w.stats.decodeTokens,

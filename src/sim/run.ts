@@ -44,6 +44,7 @@ import { ERROR_TABLE } from "../contracts/error-table.js";
 import { LoadShedding, type LoadSheddingStatus, resolveShedding } from "../shedding/load-shedding.js";
 import { EventQueue, SimClock } from "./clock.js";
 import { FairnessGroup, type Window } from "./fairness.js";
+import { SimKvCapacity } from "./kv-gate.js";
 import { NO_POOL, OUTCOME_INDEX, type Outcome, REJECTIONS, RequestLog } from "./log.js";
 import { type AdmissionPolicy, createPolicy, type SimTicket } from "./policies.js";
 import { SimPool } from "./pool-routing.js";
@@ -89,6 +90,9 @@ class SimRequest {
   predictionError = Number.NaN;
   job: Job | undefined;
   workerUrl: string | undefined = undefined;
+  /** Its KV footprint (capacity_unit kv_tokens), and the worker holding it while it runs there. */
+  kvFootprint = 0;
+  kvWorker: Worker | undefined;
   admittedAt = Number.NaN;
   firstAt = Number.NaN;
   controller: AbortController | undefined;
@@ -140,6 +144,8 @@ interface Gate {
   readonly shedding: LoadShedding | undefined;
   /** Where its requests' pool tickets count: adaptive capacity and shedding. */
   readonly counters: TicketCounters;
+  /** Capacity in KV tokens (src/sim/kv-gate.ts); undefined when the gate counts requests. */
+  readonly kv: SimKvCapacity | undefined;
   /** The workers whose healthy max_running make its discovered capacity. */
   readonly workers: readonly Worker[];
   /** What those workers report, for the adaptive controller. */
@@ -566,7 +572,11 @@ export async function runPolicy(
   const healthyCapacity = (ws: readonly Worker[]) =>
     ws.reduce((s, w) => s + (w.up ? w.profile.maxRunning : 0), 0);
   const capacityOf = (gate: Omit<Gate, "policy" | "liveCapacity" | "reservedAt">) =>
-    scenario.capacityPin ?? pin ?? gate.adaptive?.capacity ?? healthyCapacity(gate.workers);
+    scenario.capacityPin ??
+    pin ??
+    gate.adaptive?.capacity ??
+    gate.kv?.capacityOf(gate.workers) ??
+    healthyCapacity(gate.workers);
   const buildGate = (ws: readonly Worker[], poolName: string | undefined): Gate => {
     // What the workers report (healthy ones only), as the gateway's discovered capacity source.
     const reported = new CapacityNotifier();
@@ -603,6 +613,10 @@ export async function runPolicy(
       adaptive,
       shedding,
       counters: { feedback: adaptive, shedding, now: () => clock.now() },
+      kv:
+        sluice && scenario.capacity.kv.unit === "kv_tokens"
+          ? new SimKvCapacity(scenario.capacity.kv)
+          : undefined,
       workers: ws,
       reported,
       inflight: [0, 0, 0, 0],
@@ -771,6 +785,8 @@ export async function runPolicy(
     req.pool!.inflight--;
     const gate = req.gate!;
     gate.inflight[req.cls]!--;
+    if (req.kvWorker !== undefined) gate.kv!.ended(req.kvWorker, req.kvFootprint);
+    req.kvWorker = undefined;
     req.counts!.ended();
     req.fair!.finished(req.estimate);
   };
@@ -818,7 +834,11 @@ export async function runPolicy(
     requestOfTicket.set(ticket, req);
     ticket.onPreempt(() => onPreempted(req));
     if (req.state !== ADMITTED) return; // preempted before this reaction ran
-    const worker = req.pool!.pool.route(req.tenant.spec.model);
+    const kv = req.gate!.kv;
+    const worker = req.pool!.pool.route(
+      req.tenant.spec.model,
+      kv === undefined ? undefined : (ws) => kv.candidates(ws, req.kvFootprint),
+    );
     if (worker === undefined) {
       if (req.hold) budgets!.refund(req.hold);
       leaveFleet(req);
@@ -837,6 +857,10 @@ export async function runPolicy(
     const served = servedModels[worker.index]!;
     served.set(req.tenant.spec.model, (served.get(req.tenant.spec.model) ?? 0) + 1);
     worker.submit(job);
+    if (kv !== undefined) {
+      kv.dispatched(worker, req.kvFootprint);
+      req.kvWorker = worker;
+    }
     req.gate!.adaptive?.dispatched(worker.url);
   };
   const onReject = (req: SimRequest, err: unknown) => {
@@ -917,6 +941,12 @@ export async function runPolicy(
     }
     const gate = pool.gate;
     req.gate = gate;
+    if (gate.kv !== undefined) {
+      // Its footprint, at arrival as in the gateway's lease: the mean moves the gate's capacity.
+      const maxOut = tenant.spec.maxTokens !== undefined ? s.maxTokens : undefined;
+      req.kvFootprint = gate.kv.footprintOf(s.estPrompt, req.prediction?.tokens ?? 0, maxOut);
+      if (gate.kv.observe(req.kvFootprint)) applyCapacity(gate);
+    }
     if (budgets?.governs(tenant.spec.key)) {
       const verdict = budgets.check(tenant.spec.key, tenant.spec.modelNamed, {
         inputTokens: s.estPrompt,

@@ -20,6 +20,12 @@ import { ConfigError } from "@sluice/scheduler/core/errors.js";
 import { parse as parseYaml } from "yaml";
 import { z } from "zod";
 import { resolveAdaptiveLimitOptions } from "../capacity/adaptive-limit.js";
+import {
+  CAPACITY_UNITS,
+  DEFAULT_KV_TARGET_UTILIZATION,
+  type KvCapacitySettings,
+  validTargetUtilization,
+} from "../capacity/kv-budget.js";
 import { rejectAdaptiveTuning } from "../config/adaptive-tuning.js";
 import { pricingSchema } from "../config/pricing.js";
 import { parseSchedulerConfig, parseSchedulerYaml } from "../config/scheduler-file.js";
@@ -336,6 +342,10 @@ function capacitySchemaShape() {
       .union([z.literal(false, { error: "must be false or a mapping" }), loadSheddingSchema])
       .optional(),
     keyed_shedding: keyedSheddingSchema.optional(),
+    capacity_unit: z
+      .enum(CAPACITY_UNITS, { error: () => `must be one of ${CAPACITY_UNITS.join(", ")}` })
+      .optional(),
+    kv_target_utilization: num().refine(validTargetUtilization, "must be a number > 0 and <= 1").optional(),
   };
 }
 
@@ -601,6 +611,8 @@ interface CapacitySettings {
   maxCapacity: number;
   tpotSloMs: number | undefined;
   ttftSloMs: number | undefined;
+  /** `capacity_unit` and `kv_target_utilization` (the sluice policies). */
+  kv: KvCapacitySettings;
 }
 
 export interface ScenarioOverrides {
@@ -1147,6 +1159,8 @@ function gatewaySettings(file: Record<string, unknown>, label: string) {
     ttft_slo_ms: g.ttft_slo_ms,
     load_shedding: g.load_shedding,
     keyed_shedding: g.keyed_shedding,
+    capacity_unit: g.capacity_unit,
+    kv_target_utilization: g.kv_target_utilization,
   };
   return {
     capacity,
@@ -1214,7 +1228,12 @@ function capacitySettings(
     if (!(err instanceof ConfigError)) throw err;
     throw new ConfigError(keyPath(pol, err.path as keyof CapacityKeys, at), err.reason);
   }
-  return { mode, minCapacity, maxCapacity, tpotSloMs, ttftSloMs };
+  // Capacity in KV tokens (docs/capacity.md): the simulated gateway counts as the gateway would.
+  const kv: KvCapacitySettings = {
+    unit: pol.capacity_unit ?? gw.capacity_unit ?? "requests",
+    targetUtilization: pol.kv_target_utilization ?? gw.kv_target_utilization ?? DEFAULT_KV_TARGET_UTILIZATION,
+  };
+  return { mode, minCapacity, maxCapacity, tpotSloMs, ttftSloMs, kv };
 }
 
 /** The shedding blocks as LoadShedding options, checked by its constructor (errors name the key). */

@@ -70,6 +70,8 @@ export class Job {
   firstTokenSent = false;
   /** KV tokens held under the `reserve` policy. */
   kvHeld = 0;
+  /** When it last joined the worker's waiting queue (ms). */
+  waitingSince = 0;
   heapIndex = -1;
   prev: Job | null = null;
   next: Job | null = null;
@@ -227,6 +229,12 @@ export interface WorkerStats {
   cachedTokens: number;
   /** Tokens whose KV a preemption inside the worker threw away (prefilled again later). */
   recomputedTokens: number;
+  /** Time requests spent queued inside the worker (submitted or preempted, until they run), ms. */
+  engineWaitMs: number;
+  /** Times a request joined that queue (a preempted one joins again). */
+  engineWaits: number;
+  /** The most requests that queue held at once. */
+  engineWaitingPeak: number;
 }
 
 export class Worker {
@@ -244,6 +252,9 @@ export class Worker {
     completed: 0,
     cachedTokens: 0,
     recomputedTokens: 0,
+    engineWaitMs: 0,
+    engineWaits: 0,
+    engineWaitingPeak: 0,
   };
   private readonly prefixCache = new BlockCache();
   /** Sum over decoding jobs of (cached + prefillTarget - decodeStart): their contexts at iteration i add nDec * i. */
@@ -346,6 +357,7 @@ export class Worker {
     job.prefilled = 0;
     job.genBase = 0;
     this.waiting.pushBack(job);
+    this.waited(job, now);
     this.interrupt(now);
   }
 
@@ -491,7 +503,15 @@ export class Worker {
     victim.prefilled = 0;
     victim.state = WAITING;
     this.waiting.pushFront(victim);
+    this.waited(victim, this.clock.now());
     this.stats.kvPreemptions++;
+  }
+
+  /** A job joined the waiting queue at `now`: the engine-side wait counters. */
+  private waited(job: Job, now: number): void {
+    job.waitingSince = now;
+    this.stats.engineWaits++;
+    if (this.waiting.size > this.stats.engineWaitingPeak) this.stats.engineWaitingPeak = this.waiting.size;
   }
 
   /**
@@ -538,6 +558,7 @@ export class Worker {
       const need = recompute ? job.cached + job.prefillTarget : job.prompt + job.maxTokens;
       if (this.kvUsed + need > p.kvTokens) break;
       this.waiting.remove(job);
+      this.stats.engineWaitMs += now - job.waitingSince;
       job.state = PREFILL;
       job.prefilled = 0;
       job.seq = this.admitSeq++;

@@ -87,6 +87,8 @@ const SAMPLES: Record<OptionKey, [string, unknown]> = {
   worker_engine: ["vllm", "vllm"],
   engine_scrape_interval_ms: ["500", 500],
   engine_scrape_timeout_ms: ["250", 250],
+  capacity_unit: ["kv_tokens", "kv_tokens"],
+  kv_target_utilization: ["0.8", 0.8],
   rate_limit_headers: ["false", false],
   config: ["/etc/sluice.yaml", "/etc/sluice.yaml"],
 };

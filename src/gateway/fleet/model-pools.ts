@@ -161,7 +161,23 @@ export class ModelPools {
         entry.pool.stop();
       }
     }
-    for (const entry of this.entries.values()) entry.discovered.refresh();
+    for (const entry of this.entries.values()) {
+      this.warnKvFallback(entry.pool);
+      entry.discovered.refresh();
+    }
+  }
+
+  /** Once per worker: its pool counts KV tokens but its engine reports no KV capacity. */
+  private warnKvFallback(pool: ModelPool): void {
+    if (pool.workers.kv.unit !== "kv_tokens") return;
+    for (const w of pool.workers.healthy) {
+      if (w.kvFallbackWarned || w.kvCapacityTokens !== undefined || w.engine === undefined) continue;
+      w.kvFallbackWarned = true;
+      this.logger.warn(
+        { pool: pool.name, worker: w.url, engine: w.engine, capacity: w.capacity },
+        "capacity_unit kv_tokens: the worker's engine reports no KV capacity; its room counts requests",
+      );
+    }
   }
 
   /** The pool not yet taken that shares the most of `models` (none for the catch-all pool). */
@@ -185,6 +201,8 @@ export class ModelPools {
     group.name = name;
     group.setMembers(members);
     const discovered = new PoolCapacity(group);
+    // kv_tokens: a new mean footprint moves the workers' rooms between health rounds.
+    group.capacityMoved = () => discovered.refresh();
     const pool = this.create(name, models, group, discovered);
     const entry: PoolEntry = { pool, discovered, models: [] };
     this.entries.set(name, entry);

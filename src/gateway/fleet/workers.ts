@@ -28,6 +28,14 @@ import {
 import { EngineLoad } from "../../capacity/engine-signals/engine-load.js";
 import type { SglangServerInfo } from "../../capacity/engine-signals/engine-reading.js";
 import { sglangServerInfo } from "../../capacity/engine-signals/engine-reading.js";
+import {
+  FootprintMean,
+  type KvCapacitySettings,
+  kvBudgetTokens,
+  kvCandidates,
+  kvRequestRoom,
+  REQUESTS_CAPACITY,
+} from "../../capacity/kv-budget.js";
 import { GatewayError } from "../../contracts/gateway-error.js";
 import {
   NO_ROUTING_OBSERVER,
@@ -82,6 +90,10 @@ export class Worker {
   inflight = 0;
   /** Prompt tokens (the gateway's estimate) of those requests: carries the engine's KV use between scrapes. */
   promptTokensInFlight = 0;
+  /** KV footprints (prompt + predicted output) of those requests, under kv_tokens (src/capacity/kv-budget.ts). */
+  footprintTokens = 0;
+  /** Its pool counts in KV tokens but its engine reports no KV capacity: warned once (model-pools.ts). */
+  kvFallbackWarned = false;
   /**
    * Its own limit under adaptive capacity (src/capacity/adaptive.ts sets it): routing puts no more
    * requests on it than this. Undefined in static mode: its capacity alone bounds it.
@@ -169,7 +181,25 @@ export class Worker {
    */
   get engineRoom(): number {
     const foreign = this.engineLoad.foreign;
-    return foreign === 0 ? this.capacity : Math.max(1, this.capacity - foreign);
+    const room = foreign === 0 ? this.capacity : Math.max(1, this.capacity - foreign);
+    const budget = this.budgetTokens;
+    if (budget === undefined) return room;
+    return Math.min(room, kvRequestRoom(budget, this.group!.footprints.published, this.capacity));
+  }
+
+  /**
+   * Its KV token budget (KV capacity x target utilization) when its pool counts in KV tokens and
+   * its engine reports its KV capacity; undefined otherwise (it counts requests).
+   */
+  get budgetTokens(): number | undefined {
+    const kv = this.group?.kv;
+    if (kv === undefined || kv.unit !== "kv_tokens" || this.kvCapacityTokens === undefined) return undefined;
+    return kvBudgetTokens(this.kvCapacityTokens, kv.targetUtilization);
+  }
+
+  /** The unit its room is counted in now: kv_tokens only with a KV budget. */
+  get capacityUnit(): KvCapacitySettings["unit"] {
+    return this.budgetTokens === undefined ? "requests" : "kv_tokens";
   }
 
   /**
@@ -258,6 +288,12 @@ export class WorkerGroup {
   members: Worker[] = [];
   healthy: Worker[] = [];
   policy: RoutingPolicy<Worker> | undefined;
+  /** Its model pool's capacity unit and KV target (the pool factory sets it). */
+  kv: KvCapacitySettings = REQUESTS_CAPACITY;
+  /** Mean footprint of the pool's recent requests (kv_tokens): what its rooms are derived from. */
+  readonly footprints = new FootprintMean();
+  /** The group's capacity may have moved outside a health round (the pool re-reads it). */
+  capacityMoved: () => void = () => {};
   /** Requests waiting for a worker of this group with room (FIFO). */
   readonly roomWaiters: Array<() => void> = [];
   /**
@@ -321,6 +357,17 @@ export class WorkerGroup {
     let sum = 0;
     for (const w of this.healthy) sum += w.availableCapacity;
     return sum;
+  }
+
+  /**
+   * A request of `footprint` KV tokens arrived for this pool (kv_tokens): when the mean moved
+   * enough, the workers' rooms and so the pool's capacity are derived again.
+   */
+  observeFootprint(footprint: number): void {
+    if (!this.footprints.observe(footprint)) return;
+    this.refreshHealthy();
+    this.capacityMoved();
+    this.wakeAll();
   }
 
   /** Wakes every waiter (each re-checks for room): used when the group closes or changes. */
@@ -499,20 +546,21 @@ export class WorkerPool {
     group: WorkerGroup = this.all,
     request: RoutingRequest = NO_REQUEST,
     model?: string,
+    footprint?: number,
   ): Promise<Worker | undefined> {
-    const now = this.tryAcquire(group, request, model);
+    const now = this.tryAcquire(group, request, model, footprint);
     if (now !== null) return now;
     const waits = group.roomWaits;
     waits.now++;
     let outcome: "dispatched" | "timeout" | "cancelled" | "noWorker" = "cancelled";
     try {
-      let worker = this.pick(group, request, model);
+      let worker = this.pick(group, request, model, footprint);
       const deadline = performance.now() + ROOM_WAIT_MS;
       while (worker !== undefined && !worker.hasRoom(this.respectCapacity) && performance.now() < deadline) {
         // Woken by a release in the group; re-checked every ROOM_RECHECK_MS anyway, for room that
         // comes another way (a pin, a worker back in rotation, a report that grew).
         await this.waitForRoom(group, signal, Math.min(ROOM_RECHECK_MS, deadline - performance.now()));
-        worker = this.pick(group, request, model);
+        worker = this.pick(group, request, model, footprint);
       }
       if (worker === undefined) {
         outcome = "noWorker";
@@ -542,8 +590,9 @@ export class WorkerPool {
     group: WorkerGroup = this.all,
     request: RoutingRequest = NO_REQUEST,
     model?: string,
+    footprint?: number,
   ): Worker | undefined | null {
-    const worker = this.pick(group, request, model);
+    const worker = this.pick(group, request, model, footprint);
     if (worker === undefined) return undefined;
     if (!worker.hasRoom(this.respectCapacity)) return null;
     worker.inflight++;
@@ -561,10 +610,15 @@ export class WorkerPool {
     request: RoutingRequest,
     model: string | undefined,
     eligible: (worker: Worker) => boolean,
+    footprint?: number,
   ): Worker | undefined {
     const bounded = this.respectCapacity;
-    const candidates = group.healthyFor(model).filter((w) => eligible(w) && w.hasRoom(bounded));
+    let candidates: readonly Worker[] = group
+      .healthyFor(model)
+      .filter((w) => eligible(w) && w.hasRoom(bounded));
     if (candidates.length === 0) return undefined;
+    if (footprint !== undefined && group.kv.unit === "kv_tokens")
+      candidates = kvCandidates(candidates, footprint);
     group.policy ??= this.newPolicy();
     const worker = group.policy.choose(candidates, request);
     if (worker !== undefined) worker.inflight++;
@@ -658,14 +712,18 @@ export class WorkerPool {
     group: WorkerGroup = this.all,
     request: RoutingRequest = NO_REQUEST,
     model?: string,
+    footprint?: number,
   ): Worker | undefined {
     const healthy = group.healthyFor(model);
     const bounded = this.respectCapacity;
-    let candidates = healthy;
+    let candidates: readonly Worker[] = healthy;
     let full = 0;
     for (const w of healthy) if (!w.hasRoom(bounded)) full++;
     if (full > 0 && full < healthy.length) candidates = healthy.filter((w) => w.hasRoom(bounded));
     if (candidates.length === 0) return undefined;
+    // kv_tokens: among them, those whose KV budget the request fits (else the most headroom).
+    if (footprint !== undefined && group.kv.unit === "kv_tokens")
+      candidates = kvCandidates(candidates, footprint);
     group.policy ??= this.newPolicy();
     return group.policy.choose(candidates, request);
   }

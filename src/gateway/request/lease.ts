@@ -18,6 +18,7 @@ import type { Dispatcher } from "undici";
 import type { OutputPrediction } from "../../accounting/output-prediction.js";
 import { PoolTicket } from "../../accounting/pool-ticket.js";
 import { type CapacityFeedback, PACE_MIN_TAIL_TOKENS } from "../../capacity/adaptive.js";
+import { requestFootprint } from "../../capacity/kv-budget.js";
 import {
   type AdmissionBackend,
   SharedStateUnavailableError,
@@ -121,6 +122,11 @@ export class Lease implements ExchangeOwner, CancelSignal {
   estimate: RequestEstimate | undefined;
   /** Prompt tokens this request counts in its worker's KV estimate while dispatched there. */
   private heldPromptTokens = 0;
+  /**
+   * Its KV footprint (prompt + predicted output) when its pool counts in KV tokens (set by
+   * `routed`); undefined otherwise. Held on its worker while dispatched there.
+   */
+  kvFootprint: number | undefined;
   /** The request asks for generated output (a chat, a completion), not an embedding or a score. */
   generates = false;
   /** One answer's predicted output tokens (requests that generate; set before routing). */
@@ -251,6 +257,16 @@ export class Lease implements ExchangeOwner, CancelSignal {
   /** The route stage chose the model pool: the request counts in it from now on. */
   routed(pool: ModelPool): void {
     this.pool = pool;
+    if (pool.workers.kv.unit === "kv_tokens" && this.estimate !== undefined) {
+      const estimate = this.estimate;
+      this.kvFootprint = requestFootprint({
+        promptTokens: estimate.promptTokens,
+        predictedOutputTokens: this.prediction === undefined ? 0 : this.prediction.tokens * estimate.choices,
+        maxOutputTokens: estimate.outputLimited ? estimate.maxOutputTokens : undefined,
+      });
+      // Taken at arrival: the pool's capacity follows a change of mix before admitting it.
+      pool.workers.observeFootprint(this.kvFootprint);
+    }
     this.ticket = new PoolTicket(
       { tenants: this.ctx.activity, feedback: pool.adaptive, shedding: pool.shedding, now: monotonicNow },
       this.tenant,
@@ -285,6 +301,7 @@ export class Lease implements ExchangeOwner, CancelSignal {
     // Its prompt counts in the worker's KV estimate until it leaves (docs/capacity.md).
     this.heldPromptTokens = this.estimate?.promptTokens ?? 0;
     worker.promptTokensInFlight += this.heldPromptTokens;
+    worker.footprintTokens += this.kvFootprint ?? 0;
     this.ctx.outstandingWork?.add(worker.url, this.workTokens());
     this.dispatchedMs = performance.now() - this.t0;
     // The worker's in-flight count moved: its adaptive controller re-samples its usage.
@@ -357,6 +374,7 @@ export class Lease implements ExchangeOwner, CancelSignal {
     this.worker = undefined;
     this.exchange = undefined;
     worker.promptTokensInFlight -= this.heldPromptTokens;
+    worker.footprintTokens -= this.kvFootprint ?? 0;
     this.ctx.workers.release(worker);
   }
 
@@ -510,6 +528,7 @@ export class Lease implements ExchangeOwner, CancelSignal {
     // Give back what the request holds.
     if (this.worker !== undefined) {
       this.worker.promptTokensInFlight -= this.heldPromptTokens;
+      this.worker.footprintTokens -= this.kvFootprint ?? 0;
       ctx.workers.release(this.worker);
       ctx.outstandingWork?.remove(this.worker.url, this.workTokens());
     }

@@ -346,10 +346,10 @@ function dispatch(
   const routing = new BodyRoutingRequest(estimate.json, req.headers, ctx.outstandingWork);
   // Inside its pool, only a worker that serves the request's model.
   const model = estimate.model ?? ctx.pools.defaultModel;
-  const now = ctx.workers.tryAcquire(pool.workers, routing, model);
+  const now = ctx.workers.tryAcquire(pool.workers, routing, model, lease.kvFootprint);
   if (now === null) {
     return ctx.workers
-      .acquire(lease, pool.workers, routing, model)
+      .acquire(lease, pool.workers, routing, model, lease.kvFootprint)
       .then((worker) => dispatched(lease, worker));
   }
   dispatched(lease, now);
@@ -428,7 +428,13 @@ async function retried(
   }
   const model = estimate.model ?? ctx.pools.defaultModel;
   const routing = new BodyRoutingRequest(estimate.json, req.headers, ctx.outstandingWork);
-  const next = ctx.workers.tryAcquireFor(pool.workers, routing, model, (w) => lease.untried(w));
+  const next = ctx.workers.tryAcquireFor(
+    pool.workers,
+    routing,
+    model,
+    (w) => lease.untried(w),
+    lease.kvFootprint,
+  );
   if (next === undefined) return stopRetrying(status);
   const failed = lease.worker!;
   attemptFailed(ctx, failed, reason);
