@@ -144,4 +144,34 @@ describe("capacity in KV tokens over real HTTP", () => {
     assert.equal(warns.length, 1, "said once");
     assert.equal(warns[0]!.worker, fleet.workers[0]!.url);
   });
+
+  test("a pool's own capacity_unit; a reserved floor stays a floor of requests", async (t) => {
+    const fleet = await startFleet(t, {
+      workers: [{ engine: "vllm", maxRunningRequests: 64, kvTokens: KV_TOKENS, contextLength: 4096 }],
+      schedulerYaml: smallSchedulerYaml({ classes: { interactive: { reserved_floor: 1 } } }),
+      adminToken: ADMIN,
+      gateway: {
+        clock: new ManualClock(),
+        engineSignals: { scrapeIntervalMs: 2000 },
+        // The fleet counts requests; this pool counts KV tokens.
+        kvCapacity: {
+          fleet: { unit: "requests", targetUtilization: 0.9 },
+          pools: { "mock-llm": { unit: "kv_tokens" } },
+        },
+      },
+    });
+    const worker = fleet.workers[0]!;
+    const held = holdLong(fleet, 8);
+    t.after(() => Promise.all(held.map((h) => h.cancel())));
+    // Capacity 4 (the KV budget over the long footprints), one of it held for interactive: default gets 3.
+    await waitFor(() => worker.stats().open === 3, "three default requests at the worker");
+    await waitFor(async () => (await fleet.status()).queued === 5, "five default requests queued in sluice");
+    assert.equal(fleet.gateway.capacity.capacity, 4);
+    assert.equal(fleet.snapshot().classes.interactive.reserved, 1);
+    // An interactive request takes the reserved slot at once, and its small footprint fits the KV.
+    const reply = await fleet.chat({ max_tokens: 4 }, { "x-smg-priority": "interactive" });
+    assert.equal(reply.status, 200, reply.text);
+    assert.equal(reply.headers["x-sluice-admission"], "fast", "admitted without queueing");
+    assert.equal(worker.stats().waiting, 0);
+  });
 });
