@@ -202,6 +202,7 @@ test("adaptive capacity and shedding: defaults, the gateway file's keys, and err
     maxCapacity: 32, // the fleet's reported capacity: 2 x toy's 16
     tpotSloMs: undefined,
     ttftSloMs: undefined,
+    kv: { unit: "requests", targetUtilization: 0.9 },
   });
   assert.equal(s.shedding, undefined);
   const a = resolveScenario(
@@ -224,6 +225,7 @@ test("adaptive capacity and shedding: defaults, the gateway file's keys, and err
     maxCapacity: 32,
     tpotSloMs: 40,
     ttftSloMs: undefined,
+    kv: { unit: "requests", targetUtilization: 0.9 },
   });
   assert.deepEqual(a.shedding, {
     prioritized: { maxQueueWaitMs: 500, usageHalfLifeMs: 30_000, codelClasses: ["bulk"] },
@@ -232,12 +234,22 @@ test("adaptive capacity and shedding: defaults, the gateway file's keys, and err
   // The gateway's own file: capacity_mode and the shedding blocks, overridden by policy.*.
   writeFileSync(
     join(dir, "gateway.yaml"),
-    "capacity_mode: adaptive\nadaptive_max_capacity: 24\nload_shedding:\n  max_queue_wait_ms: 2000\n",
+    "capacity_mode: adaptive\nadaptive_max_capacity: 24\nload_shedding:\n  max_queue_wait_ms: 2000\ncapacity_unit: kv_tokens\nkv_target_utilization: 0.8\n",
   );
   const g = resolveScenario(
-    { ...base(), policy: { ...base().policy, gateway_config: "gateway.yaml", tpot_slo_ms: 30 } },
+    {
+      ...base(),
+      policy: {
+        ...base().policy,
+        gateway_config: "gateway.yaml",
+        tpot_slo_ms: 30,
+        kv_target_utilization: 0.85,
+      },
+    },
     { file: "scenario.yaml", baseDir: dir },
   );
+  // capacity_unit from the gateway's file, kv_target_utilization from policy.* over it.
+  assert.deepEqual(g.capacity.kv, { unit: "kv_tokens", targetUtilization: 0.85 });
   assert.equal(g.capacity.mode, "adaptive");
   assert.equal(g.capacity.maxCapacity, 24);
   assert.equal(g.capacity.tpotSloMs, 30);
