@@ -9,6 +9,7 @@ import assert from "node:assert/strict";
 import { describe, test } from "node:test";
 import { ManualClock } from "@sluice/scheduler/core/clock.js";
 import { pino } from "pino";
+import { EngineSignalReader } from "../../src/gateway/fleet/engine-signals.js";
 import { type Worker, WorkerGroup, WorkerPool } from "../../src/gateway/fleet/workers.js";
 
 function kvPool(kvTokens: Array<number | undefined>): {
@@ -139,5 +140,34 @@ describe("KV-token rooms in the worker pool", () => {
     group.observeFootprint(5000);
     assert.equal(pool.workers[0]!.room, 16);
     assert.equal(pool.workers[0]!.capacityUnit, "requests");
+  });
+});
+
+describe("KV size without a /metrics reading", () => {
+  test("SGLang without --enable-metrics: max_total_num_tokens from /get_server_info makes the budget", async () => {
+    const { pool, group } = kvPool([undefined]);
+    const w = pool.workers[0]!;
+    w.sglangInfo = { maxRunningRequests: 16, maxTotalNumTokens: 50_000 };
+    const reader = new EngineSignalReader({
+      settings: { engine: "auto", scrapeIntervalMs: 0, scrapeTimeoutMs: 1000 },
+      workers: pool.workers,
+      logger: pino({ level: "silent" }),
+      clock: new ManualClock(),
+      get: async () => ({ status: 404, body: "not found" }),
+      changed: () => {},
+    });
+    await reader.recognise(w);
+    assert.equal(w.engine, "sglang");
+    assert.equal(w.scrapesMetrics, false);
+    assert.equal(w.kvCapacityTokens, 50_000);
+    assert.equal(w.capacityUnit, "kv_tokens");
+    group.observeFootprint(5000);
+    assert.equal(w.room, 9, "45000 / 5000");
+    // Back as a plain OpenAI server: the old KV size goes with the old engine.
+    w.sglangInfo = undefined;
+    await reader.recognise(w);
+    assert.equal(w.engine, "openai");
+    assert.equal(w.kvCapacityTokens, undefined);
+    assert.equal(w.capacityUnit, "requests");
   });
 });

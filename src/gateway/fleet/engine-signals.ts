@@ -79,6 +79,9 @@ export class EngineSignalReader {
    */
   async recognise(worker: Worker): Promise<void> {
     worker.engineLoad.clear();
+    // Its KV size as /get_server_info says (SGLang, with or without --enable-metrics); a reading
+    // replaces it. A worker that came back as another engine keeps nothing of the old one's.
+    worker.kvCapacityTokens = worker.sglangInfo?.maxTotalNumTokens;
     const setting = worker.engineSetting;
     if (setting === "openai") {
       this.settle(worker, "openai", false, "configured");
