@@ -28,6 +28,7 @@
  */
 import type { Clock } from "@sluice/scheduler/core/clock.js";
 import { ConfigError } from "@sluice/scheduler/core/errors.js";
+import { DEFAULT_KV_TARGET_UTILIZATION } from "./kv-budget.js";
 
 /**
  * One observation of a request. An `ok` sample carries a TTFT, a TPOT, or both: a gateway reports
@@ -114,9 +115,6 @@ export const ADAPTIVE_LIMIT_KEYS = Object.freeze({
   ttftSloMs: "ttft_slo_ms",
   kvTargetUtilization: "kv_target_utilization",
 } as const);
-
-/** KV held under 90%: the engine's own headroom for the decode tokens its running requests add. */
-export const DEFAULT_KV_TARGET_UTILIZATION = 0.9;
 
 /**
  * The controller's internal constants, in one place. None is a setting: each follows from how

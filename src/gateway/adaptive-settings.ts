@@ -28,14 +28,13 @@ export function warnOfAdaptiveSettingsWithoutEffect(
 }
 
 /**
- * Adaptive mode with neither SLO: the controllers follow the engines' waiting queues and KV use
- * only (and workers' 429/503), so a worker whose engine exports neither runs at its reported
- * capacity. Said at start: an operator may expect latency to be watched too.
+ * Adaptive mode without tpot_slo_ms: the controllers look for each worker's knee instead of
+ * holding a TPOT (docs/adaptive.md, rule 5). Said at start, so an operator who meant to promise a
+ * TPOT sees that none is held.
  */
 export function warnOfAdaptiveWithoutGuards(capacity: CapacityOptions | undefined, logger: Logger): void {
-  if (capacity?.mode !== "adaptive") return;
-  if (capacity.tpotSloMs !== undefined || capacity.ttftSloMs !== undefined) return;
-  logger.warn(
-    "adaptive capacity without tpot_slo_ms or ttft_slo_ms follows only the engines' waiting queues, their KV use and workers' 429/503: a worker whose engine exports no signals runs at its reported capacity (docs/adaptive.md)",
+  if (capacity?.mode !== "adaptive" || capacity.tpotSloMs !== undefined) return;
+  logger.info(
+    "adaptive capacity without tpot_slo_ms: each worker's controller looks for its knee (where time per token grows faster than half the concurrency) besides its engine's waiting queue and KV use; set tpot_slo_ms to hold a time per token you promise (docs/adaptive.md)",
   );
 }

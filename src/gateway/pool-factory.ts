@@ -45,6 +45,9 @@ export function poolFactory(parts: PoolFactoryParts): PoolFactory {
   return (name, models, group, discovered) => {
     const poolLogger = options.logger.child({ pool: name });
     const capacityOptions = options.capacity;
+    // The pool's capacity unit (kv_tokens: its workers' rooms come from their KV budgets), and the
+    // KV use its adaptive controllers hold each engine under.
+    group.kv = kvSettingsOfPool(options.kvCapacity, models);
     // Adaptive capacity cold-starts from what discovery found; a pin still wins over it.
     const adaptive =
       capacityOptions?.mode === "adaptive"
@@ -55,6 +58,7 @@ export function poolFactory(parts: PoolFactoryParts): PoolFactory {
               maxCapacity: capacityOptions.maxCapacity,
               tpotSloMs: capacityOptions.tpotSloMs,
               ttftSloMs: capacityOptions.ttftSloMs,
+              kvTargetUtilization: group.kv.targetUtilization,
               // One controller per worker: each gets its own limit, which routing respects.
               workers: () => group.healthy,
             },
@@ -66,8 +70,6 @@ export function poolFactory(parts: PoolFactoryParts): PoolFactory {
               ),
           )
         : undefined;
-    // The pool's capacity unit (kv_tokens: its workers' rooms come from their KV budgets).
-    group.kv = kvSettingsOfPool(options.kvCapacity, models);
     if (group.kv.unit === "kv_tokens") {
       poolLogger.info(
         { capacity_unit: group.kv.unit, kv_target_utilization: group.kv.targetUtilization },

@@ -598,6 +598,7 @@ export async function runPolicy(
                 : Math.min(scenario.capacity.maxCapacity, healthyCapacity(ws)),
             tpotSloMs: scenario.capacity.tpotSloMs,
             ttftSloMs: scenario.capacity.ttftSloMs,
+            kvTargetUtilization: scenario.capacity.kv.targetUtilization,
             workers: () => ws.filter((w) => w.up),
           },
           clock,

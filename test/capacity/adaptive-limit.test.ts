@@ -7,12 +7,8 @@
 import assert from "node:assert/strict";
 import { describe, test } from "node:test";
 import { ManualClock } from "@sluice/scheduler/core/clock.js";
-import {
-  ADAPTIVE_LIMIT_KEYS,
-  AdaptiveLimit,
-  CONTROLLER,
-  DEFAULT_KV_TARGET_UTILIZATION,
-} from "../../src/capacity/adaptive-limit.js";
+import { ADAPTIVE_LIMIT_KEYS, AdaptiveLimit, CONTROLLER } from "../../src/capacity/adaptive-limit.js";
+import { DEFAULT_KV_TARGET_UTILIZATION } from "../../src/capacity/kv-budget.js";
 import { BOUNDS, configError, engine, range, Sim, SLO_MS } from "./adaptive-sim.js";
 
 describe("adaptive limit: settings", () => {
