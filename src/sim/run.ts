@@ -756,6 +756,8 @@ export async function runPolicy(
       prompt: req.prompt,
       output: req.output,
       predictionError: ok ? req.predictionError : Number.NaN,
+      engineQueue: req.job ? req.job.engineQueueMs(t) : Number.NaN,
+      enginePreemptions: req.job?.preemptions ?? 0,
     });
     if (!ok) bump(series.classes[req.cls]!.rejected, t);
     const spec = req.tenant.spec;
@@ -1237,6 +1239,8 @@ export async function runPolicy(
       prompt: req.prompt,
       output: req.output,
       predictionError: Number.NaN,
+      engineQueue: req.job ? req.job.engineQueueMs(finalT) : Number.NaN,
+      enginePreemptions: req.job?.preemptions ?? 0,
     });
   }
   return {

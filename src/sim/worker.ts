@@ -79,6 +79,12 @@ export class Job {
   paceAt = 0;
   /** Pace marks reported so far. */
   paceMarks = 0;
+  /** Milliseconds spent in the worker's waiting queue, closed stretches only (see engineQueueMs). */
+  queuedMs = 0;
+  /** When the current stretch in the waiting queue began (NaN: not waiting). */
+  queuedSince = Number.NaN;
+  /** Times the worker preempted it on a full KV cache (each one a recompute). */
+  preemptions = 0;
 
   constructor(
     /** Prompt tokens. */
@@ -96,6 +102,22 @@ export class Job {
 
   get running(): boolean {
     return this.state === PREFILL || this.state === DECODE;
+  }
+
+  /**
+   * Time queued inside the engine up to `now`: from reaching the worker to its first place in the
+   * running batch, plus every stretch back in the queue after a preemption (still counting while
+   * it waits). What sluice wants near zero: queueing there escapes priority and fairness.
+   */
+  engineQueueMs(now: number): number {
+    return this.queuedMs + (Number.isNaN(this.queuedSince) ? 0 : now - this.queuedSince);
+  }
+
+  /** Ends a stretch in the waiting queue. */
+  leftQueue(now: number): void {
+    if (Number.isNaN(this.queuedSince)) return;
+    this.queuedMs += now - this.queuedSince;
+    this.queuedSince = Number.NaN;
   }
 }
 
@@ -332,6 +354,7 @@ export class Worker {
     }
     job.prefilled = 0;
     job.genBase = 0;
+    job.queuedSince = now;
     this.waiting.pushBack(job);
     this.interrupt(now);
   }
@@ -342,6 +365,7 @@ export class Worker {
     const now = this.clock.now();
     if (job.state === WAITING) {
       this.waiting.remove(job);
+      job.leftQueue(now);
       job.state = GONE;
       job.worker = null;
       this.interrupt(now);
@@ -369,6 +393,7 @@ export class Worker {
     this.reset();
     this.up = false;
     for (const job of victims) {
+      job.leftQueue(now);
       job.state = GONE;
       job.worker = null;
       job.prev = job.next = null;
@@ -477,6 +502,8 @@ export class Worker {
     victim.prefillTarget = victim.prompt + generated;
     victim.prefilled = 0;
     victim.state = WAITING;
+    victim.queuedSince = this.clock.now();
+    victim.preemptions++;
     this.waiting.pushFront(victim);
     this.stats.kvPreemptions++;
   }
@@ -525,6 +552,7 @@ export class Worker {
       const need = recompute ? job.cached + job.prefillTarget : job.prompt + job.maxTokens;
       if (this.kvUsed + need > p.kvTokens) break;
       this.waiting.remove(job);
+      job.leftQueue(now);
       job.state = PREFILL;
       job.prefilled = 0;
       job.seq = this.admitSeq++;
