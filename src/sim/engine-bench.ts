@@ -66,7 +66,7 @@ export interface Cell {
 
 export class EngineBenchError extends Error {
   constructor(
-    readonly code: "engine_bench_bad_flag" | "engine_bench_setting_unsupported",
+    readonly code: "engine_bench_bad_flag" | "engine_bench_setting_unsupported" | "engine_bench_no_pin",
     message: string,
   ) {
     super(message);
@@ -177,7 +177,10 @@ export async function oracle(c: TraceCase, pins: readonly number[]): Promise<Cel
     if (best === undefined || cell.engine.goodput_rps > best.engine.goodput_rps) best = cell;
   }
   if (best === undefined)
-    throw new EngineBenchError("engine_bench_bad_flag", `oracle: no pin of ${pins.join(", ")} can run`);
+    throw new EngineBenchError(
+      "engine_bench_no_pin",
+      `oracle: no pin of ${pins.join(", ")} fits the classes' reservations`,
+    );
   return { ...best, setting: "oracle", skipped };
 }
 
@@ -192,8 +195,15 @@ export async function benchCase(
   return { cells, oracle: await oracle(c, pins) };
 }
 
-/** `--settings a,b`: known names, each once. */
+/** `--settings a,b`: known names, each once; any other flag but `--no-write` is refused. */
 export function parseSettings(argv: readonly string[]): Setting[] {
+  argv.forEach((a, k) => {
+    if (a === "--no-write" || a === "--settings" || argv[k - 1] === "--settings") return;
+    throw new EngineBenchError(
+      "engine_bench_bad_flag",
+      `unknown argument "${a}" (engine-bench takes --no-write and --settings ${SETTINGS.join(",")})`,
+    );
+  });
   const i = argv.indexOf("--settings");
   if (i === -1) return [...SETTINGS];
   const value = argv[i + 1];

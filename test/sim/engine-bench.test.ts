@@ -133,13 +133,19 @@ test("oracle pins span 1/16 to 2x the reported capacity", () => {
   assert.ok(pins.includes(128));
 });
 
-test("--settings: every setting by default, a list of known names, an unknown one refused", () => {
+test("--settings: every setting by default, a list of known names; an unknown setting or flag refused", () => {
   assert.deepEqual(parseSettings([]), [...SETTINGS]);
   assert.deepEqual(parseSettings(["--settings", "adaptive,requests"]), ["requests", "adaptive"]);
   assert.throws(
     () => parseSettings(["--settings", "requests,slots"]),
     (e: unknown) =>
       e instanceof EngineBenchError && e.code === "engine_bench_bad_flag" && /slots/.test(e.message),
+  );
+  assert.deepEqual(parseSettings(["--no-write", "--settings", "requests"]), ["requests"]);
+  assert.throws(
+    () => parseSettings(["--setting", "requests"]),
+    (e: unknown) =>
+      e instanceof EngineBenchError && e.code === "engine_bench_bad_flag" && /--setting"/.test(e.message),
   );
   assert.throws(
     () => parseSettings(["--settings"]),
