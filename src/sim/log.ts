@@ -63,6 +63,10 @@ export class RequestLog {
   output = new Int32Array(1024);
   /** Completed requests: |predicted − actual| / actual output tokens (NaN: not measured). */
   predictionError = new Float64Array(1024);
+  /** Time (ms) its last attempt spent queued inside the worker (engine), NaN when it reached none. */
+  engineQueue = new Float64Array(1024);
+  /** Times the worker preempted its last attempt on a full KV cache (each one a recompute). */
+  enginePreemptions = new Int32Array(1024);
 
   add(r: {
     tenant: number;
@@ -77,6 +81,8 @@ export class RequestLog {
     prompt: number;
     output: number;
     predictionError: number;
+    engineQueue: number;
+    enginePreemptions: number;
   }): void {
     if (this.size === this.tenant.length) {
       const n = this.size * 2;
@@ -92,6 +98,8 @@ export class RequestLog {
       this.prompt = grow(this.prompt, n);
       this.output = grow(this.output, n);
       this.predictionError = grow(this.predictionError, n);
+      this.engineQueue = grow(this.engineQueue, n);
+      this.enginePreemptions = grow(this.enginePreemptions, n);
     }
     const i = this.size++;
     this.tenant[i] = r.tenant;
@@ -106,5 +114,7 @@ export class RequestLog {
     this.prompt[i] = r.prompt;
     this.output[i] = r.output;
     this.predictionError[i] = r.predictionError;
+    this.engineQueue[i] = r.engineQueue;
+    this.enginePreemptions[i] = r.enginePreemptions;
   }
 }

@@ -22,6 +22,7 @@ import {
   type SloWindows,
   sloWindows,
 } from "./capacity-report.js";
+import { type EngineWindow, engineWindow } from "./engine-report.js";
 import { SUSTAINED_STRETCH_MS, stretchTime } from "./fairness.js";
 import { OUTCOME_INDEX, OUTCOMES, type Outcome, REJECTIONS as REJECTION_CODES } from "./log.js";
 import { type RunResult, tenantClasses, tenantWeight, windowsOf } from "./run.js";
@@ -196,6 +197,11 @@ export interface PolicyReport {
     controller: ControllerReport | null;
     shedding: LoadSheddingStatus | null;
   };
+  /**
+   * Per window (`all`, then each phase): queueing inside the workers, their KV utilization while
+   * sluice had work queued, their own preemptions, interactive TTFT p99 and goodput (engine-report.ts).
+   */
+  engine: Record<string, EngineWindow>;
   /** Per model pool, when the workers form more than one. */
   pools?: Record<string, PoolReport>;
   expectations: ExpectationResult[];
@@ -545,8 +551,10 @@ function policyReport(scenario: Scenario, run: RunResult): PolicyReport {
   });
   const slo = sloWindows(scenario, run, classesPresent);
   const capWindows: PolicyReport["capacity"]["windows"] = {};
+  const engine: PolicyReport["engine"] = {};
   for (const w of windows) {
     capWindows[w.name] = capacityWindow(scenario, run, classesPresent, slo, w.fromMs, w.toMs);
+    engine[w.name] = engineWindow(scenario, run, w.fromMs, w.toMs);
   }
   // Per pool figures: reported with several pools, and read by expectations that name a model.
   const pools =
@@ -582,6 +590,7 @@ function policyReport(scenario: Scenario, run: RunResult): PolicyReport {
       controller: controllerReport(run.capacity.controller),
       shedding: run.capacity.shedding ?? null,
     },
+    engine,
     // Only with several pools, so a single-pool report keeps its exact shape.
     ...(scenario.pools.length > 1 ? { pools } : {}),
     expectations: [],

@@ -770,6 +770,8 @@ export async function runPolicy(
       prompt: req.prompt,
       output: req.output,
       predictionError: ok ? req.predictionError : Number.NaN,
+      engineQueue: req.job ? req.job.engineQueueMs(t) : Number.NaN,
+      enginePreemptions: req.job?.preemptions ?? 0,
     });
     if (!ok) bump(series.classes[req.cls]!.rejected, t);
     const spec = req.tenant.spec;
@@ -1267,6 +1269,8 @@ export async function runPolicy(
       prompt: req.prompt,
       output: req.output,
       predictionError: Number.NaN,
+      engineQueue: req.job ? req.job.engineQueueMs(finalT) : Number.NaN,
+      enginePreemptions: req.job?.preemptions ?? 0,
     });
   }
   return {

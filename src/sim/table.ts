@@ -220,6 +220,38 @@ export function summaryTable(report: Report): string {
     );
   }
 
+  const engineRows: string[][] = [
+    [
+      "policy",
+      "window",
+      "engine queue p99",
+      "of ttft p99",
+      "kv at saturation",
+      "saturated",
+      "engine preemptions",
+      "goodput/s",
+    ],
+  ];
+  for (const p of policies) {
+    for (const [w, x] of Object.entries(report.policies[p]!.engine)) {
+      engineRows.push([
+        p,
+        w,
+        ms(x.queue_ms.p99),
+        pct(x.queue_ttft_ratio),
+        pct(x.kv_utilization_at_saturation),
+        `${x.saturated_s} s`,
+        `${x.preemptions} (${pct(x.preemption_share)})`,
+        x.goodput_rps.toFixed(1),
+      ]);
+    }
+  }
+  out.push(
+    "",
+    "inside the engine (queue: arrival at the worker to the running batch, preemptions included; of ttft p99: against interactive TTFT p99, target <= 5%; kv at saturation: mean KV use while sluice has work queued, target >= 70%; preemptions: KV-full recomputes per request reaching a worker, target <= 1%):",
+    pad(engineRows),
+  );
+
   const exps = report.policies[policies[0]!]!.expectations;
   if (exps.length > 0) {
     const expRows: string[][] = [["expectation", "", ...policies]];

@@ -70,8 +70,6 @@ export class Job {
   firstTokenSent = false;
   /** KV tokens held under the `reserve` policy. */
   kvHeld = 0;
-  /** When it last joined the worker's waiting queue (ms). */
-  waitingSince = 0;
   heapIndex = -1;
   prev: Job | null = null;
   next: Job | null = null;
@@ -82,6 +80,12 @@ export class Job {
   paceAt = 0;
   /** Pace marks reported so far. */
   paceMarks = 0;
+  /** Milliseconds spent in the worker's waiting queue, closed stretches only (see engineQueueMs). */
+  queuedMs = 0;
+  /** When the current stretch in the waiting queue began (NaN: not waiting). */
+  queuedSince = Number.NaN;
+  /** Times the worker preempted it on a full KV cache (each one a recompute). */
+  preemptions = 0;
 
   constructor(
     /** Prompt tokens. */
@@ -99,6 +103,24 @@ export class Job {
 
   get running(): boolean {
     return this.state === PREFILL || this.state === DECODE;
+  }
+
+  /**
+   * Time queued inside the engine up to `now`: from reaching the worker to its first place in the
+   * running batch, plus every stretch back in the queue after a preemption (still counting while
+   * it waits). What sluice wants near zero: queueing there escapes priority and fairness.
+   */
+  engineQueueMs(now: number): number {
+    return this.queuedMs + (Number.isNaN(this.queuedSince) ? 0 : now - this.queuedSince);
+  }
+
+  /** Ends a stretch in the waiting queue; returns its length (ms). */
+  leftQueue(now: number): number {
+    if (Number.isNaN(this.queuedSince)) return 0;
+    const stretch = now - this.queuedSince;
+    this.queuedMs += stretch;
+    this.queuedSince = Number.NaN;
+    return stretch;
   }
 }
 
@@ -356,8 +378,9 @@ export class Worker {
     }
     job.prefilled = 0;
     job.genBase = 0;
+    job.queuedSince = now;
     this.waiting.pushBack(job);
-    this.waited(job, now);
+    this.waited();
     this.interrupt(now);
   }
 
@@ -367,6 +390,7 @@ export class Worker {
     const now = this.clock.now();
     if (job.state === WAITING) {
       this.waiting.remove(job);
+      job.leftQueue(now);
       job.state = GONE;
       job.worker = null;
       this.interrupt(now);
@@ -394,6 +418,7 @@ export class Worker {
     this.reset();
     this.up = false;
     for (const job of victims) {
+      job.leftQueue(now);
       job.state = GONE;
       job.worker = null;
       job.prev = job.next = null;
@@ -502,14 +527,15 @@ export class Worker {
     victim.prefillTarget = victim.prompt + generated;
     victim.prefilled = 0;
     victim.state = WAITING;
+    victim.queuedSince = this.clock.now();
+    victim.preemptions++;
     this.waiting.pushFront(victim);
-    this.waited(victim, this.clock.now());
+    this.waited();
     this.stats.kvPreemptions++;
   }
 
-  /** A job joined the waiting queue at `now`: the engine-side wait counters. */
-  private waited(job: Job, now: number): void {
-    job.waitingSince = now;
+  /** A job joined the waiting queue (its own clock is `queuedSince`): the engine-side wait counters. */
+  private waited(): void {
     this.stats.engineWaits++;
     if (this.waiting.size > this.stats.engineWaitingPeak) this.stats.engineWaitingPeak = this.waiting.size;
   }
@@ -558,7 +584,7 @@ export class Worker {
       const need = recompute ? job.cached + job.prefillTarget : job.prompt + job.maxTokens;
       if (this.kvUsed + need > p.kvTokens) break;
       this.waiting.remove(job);
-      this.stats.engineWaitMs += now - job.waitingSince;
+      this.stats.engineWaitMs += job.leftQueue(now);
       job.state = PREFILL;
       job.prefilled = 0;
       job.seq = this.admitSeq++;
