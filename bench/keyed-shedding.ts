@@ -12,6 +12,8 @@
  *
  *   node --import tsx bench/keyed-shedding.ts [--duration 25] [--warmup 0] [--sessions 40] [--rate 4]
  *     [--max-tokens 28] [--max-running 256] [--stream] [--trace] [--no-keyed] [--no-prioritized]
+ *     [--tpot-slo-ms 10]  (the adaptive controller's TPOT guard: without it, a worker that runs all it
+ *     is sent, slowly, is held only by its engine's signals; docs/adaptive.md, rule 5)
  */
 import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
@@ -35,6 +37,7 @@ const { values: args } = parseArgs({
     trace: { type: "boolean", default: false },
     "no-keyed": { type: "boolean", default: false },
     "no-prioritized": { type: "boolean", default: false },
+    "tpot-slo-ms": { type: "string" },
   },
 });
 
@@ -95,6 +98,7 @@ async function run(): Promise<void> {
     "priority_scheduler_enabled: true",
     `priority_scheduler_config: ${priority}`,
     "capacity_mode: adaptive",
+    ...(args["tpot-slo-ms"] !== undefined ? [`tpot_slo_ms: ${Number(args["tpot-slo-ms"])}`] : []),
     "ledger: off",
     "log_level: warn",
   ];

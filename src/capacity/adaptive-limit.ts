@@ -169,15 +169,6 @@ export const CONTROLLER = Object.freeze({
   elasticity: 0.5,
   /** The cold start's level, x the reported capacity. */
   startFraction: 0.25,
-  /**
-   * Without tpot_slo_ms, the knee: TPOT growing faster than half the concurrency (elasticity 0.5:
-   * past it a request adds more latency than throughput); two levels must differ by 15% to compare (a p90 moves ~3% between draws: at 5% apart, noise alone reads as steep);
-   * probes and undos step by 0.8; after finding it the level holds for ten decisions.
-   */
-  kneeElasticity: 0.5,
-  kneeContrast: 0.15,
-  kneeStep: 0.8,
-  kneeHoldDecisions: 10,
 });
 
 // ---------------------------------------------------------------------------------------------
@@ -332,10 +323,6 @@ export class AdaptiveLimit {
   private levelCount = 0;
   private lastInflight = 0;
   private heldBack = 0;
-  /** Without tpot_slo_ms: the last decision's level and p90, holds left, the next probe's direction. */
-  private kneePoint: { level: number; base: number; p90: number } | undefined = undefined;
-  private kneeHold = 0;
-  private kneeProbeDown = false;
   private engine: EngineView | undefined = undefined;
 
   private last = {
@@ -479,14 +466,10 @@ export class AdaptiveLimit {
       const blind = n === 0 && this.windowsSettled >= CONTROLLER.patientWindows;
       return blind && inUse && this.engineHasRoom() ? this.raiseWithRoom() : "hold";
     }
-    // The level that ran while these samples were measured (mean of the reported levels), and the
-    // limit that level stands for: with the slots the reservations held back from waiting work.
-    // The SLO guard cuts from the level (on the adaptive scenarios, cuts from the base met 32 of
-    // 42 bounds against 37: they leave the held-back share in place); the knee search moves the
-    // base (it compares levels the limit set, and a cut to level x f would halve a limit whose
-    // reservations hold half of it, as the keyed-shedding bench's default class showed).
+    // The level that ran while these samples were measured (mean of the reported levels). Cuts
+    // start from it, not from it plus the slots the reservations held back (on the adaptive
+    // scenarios, cuts from that sum met 32 of 42 bounds against 37).
     const level = this.levelCount > 0 ? this.levelSum / this.levelCount : ran;
-    const base = Math.min(this.current, level + this.heldBack);
     const tpotP90 = this.tpot.p90();
     const ttftP90 = this.ttft.p90();
     this.last.tpotP90 = tpotP90 ?? null;
@@ -501,7 +484,7 @@ export class AdaptiveLimit {
       return this.cut(Math.min(this.current - 1, Math.floor(wanted)), "slo");
     }
     if (tpotP90 === undefined) return inUse && this.engineHasRoom() ? this.raiseWithRoom() : "hold";
-    if (tpotSloMs === undefined) return this.findKnee(level, base, tpotP90, inUse);
+    if (tpotSloMs === undefined) return inUse && this.engineHasRoom() ? this.raiseWithRoom() : "hold";
     this.follow(tpotP90);
     const target = CONTROLLER.setPoint * tpotSloMs;
     const error = Math.log(target / tpotP90);
@@ -524,53 +507,6 @@ export class AdaptiveLimit {
 
   private raiseWithRoom(): AdaptiveDecision {
     return this.raise(Math.min(this.current * this.raiseFactor(), this.engineCeiling()));
-  }
-
-  /**
-   * Without tpot_slo_ms nobody said what TPOT is acceptable, so the controller looks for the knee:
-   * the level past which TPOT grows as fast as half the concurrency (d ln TPOT / d ln c > 0.5),
-   * where more requests add latency more than throughput. It compares each decision with the one
-   * before at another level: a raise that steepened TPOT is undone and held; a cut that lowered it
-   * steeply goes on; a cut that bought nothing is undone. At one level it probes, up while the
-   * limit is in use and down in turn, every kneeHoldDecisions decisions.
-   */
-  private findKnee(level: number, base: number, p90: number, inUse: boolean): AdaptiveDecision {
-    this.follow(p90);
-    // Levels compare only where the limit set them: a level the demand set says nothing of the knee.
-    if (!inUse) {
-      this.kneePoint = undefined;
-      return "hold";
-    }
-    const prev = this.kneePoint;
-    this.kneePoint = { level, base, p90 };
-    const contrast = prev === undefined ? 0 : Math.log(level / prev.level);
-    if (prev === undefined || Math.abs(contrast) < CONTROLLER.kneeContrast) {
-      if (this.kneeHold > 0) {
-        this.kneeHold--;
-        return "hold";
-      }
-      this.kneeProbeDown = !this.kneeProbeDown || !this.engineHasRoom();
-      if (this.kneeProbeDown) return this.cut(Math.floor(base * CONTROLLER.kneeStep), "slo");
-      return this.raise(Math.min(this.current / CONTROLLER.kneeStep, this.engineCeiling()));
-    }
-    const elasticity = Math.log(p90 / prev.p90) / contrast;
-    const steep = elasticity > CONTROLLER.kneeElasticity;
-    if (contrast > 0) {
-      if (!steep) return this.engineHasRoom() ? this.raiseWithRoom() : "hold";
-      this.kneeHold = CONTROLLER.kneeHoldDecisions;
-      return this.cut(Math.floor(prev.base), "slo");
-    }
-    // Still past the knee: the steeper, the deeper (down to half), a 0.8 step at least.
-    if (steep) {
-      const step = Math.max(
-        CONTROLLER.maxCut,
-        Math.min(CONTROLLER.kneeStep, CONTROLLER.kneeElasticity / elasticity),
-      );
-      return this.cut(Math.floor(base * step), "slo");
-    }
-    this.kneeHold = CONTROLLER.kneeHoldDecisions;
-    this.phase = "tracking";
-    return this.raise(Math.min(Math.ceil(prev.base), this.engineCeiling()));
   }
 
   /** No more than the engine can run: what it runs now and its free running slots, when it says. */
@@ -600,7 +536,10 @@ export class AdaptiveLimit {
     const e = this.engine;
     if (e === undefined || this.draining) return undefined;
     const own = this.lastInflight;
-    if (e.waiting > Math.max(1, CONTROLLER.waitingTolerance * e.running)) {
+    // A queue counts only where the engine is full: requests wait a few steps for their turn at
+    // prefill (chunked prefill of long prompts) with slots and KV to spare, and cutting on that
+    // took a Mooncake replay down to one or two requests a worker.
+    if (e.waiting > Math.max(1, CONTROLLER.waitingTolerance * e.running) && this.engineFull(e)) {
       return Math.min(this.current - 1, Math.floor(own - e.waiting));
     }
     const kv = e.kvUtilization;
@@ -611,11 +550,19 @@ export class AdaptiveLimit {
     return undefined;
   }
 
+  /**
+   * The engine runs all it can: its running slots are taken, or its KV is at its target. An engine
+   * that says neither figure is full when requests queue inside it.
+   */
+  private engineFull(e: EngineView): boolean {
+    if (e.kvUtilization === undefined && e.maxRunning === undefined) return e.waiting > 0;
+    const slots = e.maxRunning !== undefined && e.running >= e.maxRunning;
+    const kv = e.kvUtilization !== undefined && e.kvUtilization >= this.options.kvTargetUtilization;
+    return slots || kv;
+  }
+
   private engineHasRoom(): boolean {
-    const e = this.engine;
-    if (e === undefined) return true;
-    if (e.waiting > 0 || (e.maxRunning !== undefined && e.running >= e.maxRunning)) return false;
-    return e.kvUtilization === undefined || e.kvUtilization < this.options.kvTargetUtilization;
+    return this.engine === undefined || !this.engineFull(this.engine);
   }
 
   private cut(wanted: number, kind: "overload" | "slo" | "engine"): AdaptiveDecision {

@@ -28,13 +28,13 @@ export function warnOfAdaptiveSettingsWithoutEffect(
 }
 
 /**
- * Adaptive mode without tpot_slo_ms: the controllers look for each worker's knee instead of
- * holding a TPOT (docs/adaptive.md, rule 5). Said at start, so an operator who meant to promise a
- * TPOT sees that none is held.
+ * Adaptive mode without tpot_slo_ms: the controllers follow the engines' waiting queues and KV use
+ * (and workers' 429/503) with no latency guard (docs/adaptive.md, rule 5). Said at start, so an
+ * operator who meant to promise a time per token sees that none is held.
  */
 export function warnOfAdaptiveWithoutGuards(capacity: CapacityOptions | undefined, logger: Logger): void {
   if (capacity?.mode !== "adaptive" || capacity.tpotSloMs !== undefined) return;
   logger.info(
-    "adaptive capacity without tpot_slo_ms: each worker's controller looks for its knee (where time per token grows faster than half the concurrency) besides its engine's waiting queue and KV use; set tpot_slo_ms to hold a time per token you promise (docs/adaptive.md)",
+    "adaptive capacity without tpot_slo_ms: each worker's controller follows its engine's waiting queue and KV use (and 429/503), with no latency guard; an engine that runs all it is sent, slowly, is held only by tpot_slo_ms (docs/adaptive.md)",
   );
 }

@@ -137,23 +137,18 @@ describe("adaptive limit: the engine's signals", () => {
     assert.ok(looser[1] > hi, `a target of 1 lets it hold more (${looser.join("-")} against ${hi})`);
   });
 
-  test("without an SLO it looks for the knee: where TPOT grows faster than half the concurrency", () => {
-    // TPOT 10 + 0.25 c: its elasticity (0.25 c / TPOT) reaches 0.5 at 40 requests.
-    const sim = new Sim({ tpotSloMs: undefined });
-    const limits = sim.run(240);
-    const [lo, hi] = range(limits.slice(120));
-    assert.ok(lo >= 20 && hi <= 80, `around the knee of 40: ${lo}-${hi}`);
-    // An engine that runs 20 at once holds it under the knee, whatever TPOT says.
-    const capped = new Sim({ tpotSloMs: undefined }, engine({ maxRunning: 20 }));
-    const held = range(capped.run(120).slice(40));
-    assert.ok(held[1] <= 21, `held at what the engine runs: ${held.join("-")}`);
+  test("without an SLO the engine decides: it grows while the engine has room, to what it can run", () => {
+    const sim = new Sim({ tpotSloMs: undefined }, engine({ maxRunning: 100 }));
+    const limits = sim.run(60);
+    assert.ok(limits.includes(100), `up to what the engine runs: ${limits.join(",")}`);
+    const [lo, hi] = range(limits.slice(30));
+    assert.ok(lo >= 90 && hi <= 101, `held there: ${lo}-${hi}`);
   });
 
-  test("no SLO, no engine signals and no token timings: only a worker's overload cuts", () => {
+  test("no SLO and no engine signals: only a worker's overload cuts", () => {
     const sim = new Sim({ tpotSloMs: undefined }, engine({ exportsSignals: false }));
-    sim.timed = false;
     sim.run(60);
-    assert.equal(sim.ctl.limit, 256, "grows to the bound while in use, ten windows a step");
+    assert.equal(sim.ctl.limit, 256, "grows to the bound while in use");
     sim.overloads = 3;
     assert.equal(sim.window(), "overload");
     assert.equal(sim.ctl.limit, 160, "one cut per window: 0.8 x the 200 that ran");
