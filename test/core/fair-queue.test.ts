@@ -17,8 +17,6 @@ class Item implements QueueItem {
   flow: Flow<this> | null = null;
   prevInFlow: this | null = null;
   nextInFlow: this | null = null;
-  prevArrival: this | null = null;
-  nextArrival: this | null = null;
   constructor(
     readonly tenant: string,
     readonly cost: number,
@@ -48,7 +46,7 @@ describe("FairQueue", () => {
     const q = new FairQueue<Item>();
     const held = ticket("held");
     q.charge(held, 5, true);
-    q.push(new Item("waiting", 1, 0));
+    q.push(new Item("waiting", 1, 0), q.flowFor("waiting", 1));
     for (let i = 0; i < 3 * MAX_IDLE_FLOWS; i++) {
       const c = ticket(`user-${i}`);
       q.charge(c, 100, true);
