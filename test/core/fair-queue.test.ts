@@ -11,6 +11,7 @@ import {
   MAX_IDLE_FLOWS,
   type QueueItem,
   RENORMALIZE_AT,
+  selectSmallest,
 } from "@sluice/scheduler/core/fair-queue.js";
 
 class Item implements QueueItem {
@@ -100,5 +101,53 @@ describe("FairQueue", () => {
       assert.ok(q.floor < RENORMALIZE_AT, `step ${i}: floor ${q.floor}`);
     }
     assert.ok(renormalized > 0, "renormalized at least once");
+  });
+
+  test("a dropped flow handed back comes back at the floor, the same object, with its late corrections", () => {
+    const q = new FairQueue<Item>();
+    const x = ticket("x");
+    q.charge(x, 10, true);
+    q.settle(x);
+    for (let i = 0; i < 3; i++) {
+      const y = ticket("y");
+      q.charge(y, 10, true);
+      q.settle(y);
+    }
+    for (let i = 0; i < 200; i++) {
+      const c = ticket(`u${i}`);
+      q.charge(c, 1, true);
+      q.settle(c);
+    }
+    const dropped = x.chargeFlow as Flow<Item>;
+    assert.equal(dropped.live, false);
+    const back = q.flowFor("x", 2, dropped);
+    assert.equal(back, dropped);
+    assert.equal(back.live, true);
+    assert.equal(back.weight, 2);
+    assert.equal(q.counterOf("x"), q.offset + q.floor);
+    // Another tenant's dropped flow is not taken, and a live flow wins over a handed-back one.
+    assert.notEqual(q.flowFor("z", 1, dropped), dropped);
+    assert.equal(q.flowFor("x", 1, { ...dropped, live: false }), back);
+  });
+
+  test("selectSmallest puts the k smallest counters first", () => {
+    let seed = 7;
+    const rand = () => {
+      seed = (seed * 1103515245 + 12345) % 2 ** 31;
+      return seed / 2 ** 31;
+    };
+    for (const n of [1, 2, 5, 64, 1000]) {
+      for (const k of [1, Math.ceil(n / 2), n]) {
+        // Few distinct values, so ties around the boundary are exercised too.
+        const flows = Array.from({ length: n }, () => ({ counter: Math.floor(rand() * 20) }) as Flow);
+        const sorted = flows.map((f) => f.counter).sort((a, b) => a - b);
+        selectSmallest(flows, k);
+        const first = flows
+          .slice(0, k)
+          .map((f) => f.counter)
+          .sort((a, b) => a - b);
+        assert.deepEqual(first, sorted.slice(0, k), `n ${n} k ${k}`);
+      }
+    }
   });
 });

@@ -180,7 +180,7 @@ interface ResolvedTenant {
   weight: number;
   /**
    * The tenant's flow in each class's queue, kept here so an admission skips the queue's map (a
-   * cache: a pruned flow is looked up again). Null for the record shared by tenants without a policy.
+   * cache: a pruned flow is looked up again, and revived when the tenant has no other). Null for the record shared by tenants without a policy.
    */
   flows: Array<Flow<Waiter> | null> | null;
 }
@@ -427,9 +427,10 @@ class PriorityScheduler implements Scheduler, PermitOwner {
   private flowOf(policy: ResolvedTenant, rank: number, tenant: string): Flow<Waiter> {
     const cache = policy.flows;
     if (cache === null) return this.queues[rank]!.flowFor(tenant, policy.weight);
-    const cached = cache[rank]!;
+    const cached = cache[rank];
     if (cached?.live) return cached;
-    const flow = this.queues[rank]!.flowFor(tenant, policy.weight);
+    // A pruned flow is handed back for reuse: no allocation when the tenant comes back.
+    const flow = this.queues[rank]!.flowFor(tenant, policy.weight, cached ?? undefined);
     cache[rank] = flow;
     return flow;
   }

@@ -122,6 +122,35 @@ class AgeHeap<T extends QueueItem> extends IndexedHeap<Flow<T>> {
   }
 }
 
+/**
+ * Reorders `flows` so that its first `k` hold the `k` smallest counters (in no particular order):
+ * Hoare's selection, O(n) on average, where a sort was O(n log n) with a comparator call per step.
+ */
+export function selectSmallest(flows: Flow[], k: number): void {
+  let lo = 0;
+  let hi = flows.length - 1;
+  while (lo < hi) {
+    const pivot = flows[(lo + hi) >>> 1]!.counter;
+    let i = lo;
+    let j = hi;
+    while (i <= j) {
+      while (flows[i]!.counter < pivot) i++;
+      while (flows[j]!.counter > pivot) j--;
+      if (i <= j) {
+        const t = flows[i]!;
+        flows[i] = flows[j]!;
+        flows[j] = t;
+        i++;
+        j--;
+      }
+    }
+    // [lo, j] <= pivot <= [i, hi]: keep the side that holds the boundary between k-1 and k.
+    if (k - 1 <= j) hi = j;
+    else if (k - 1 >= i) lo = i;
+    else return;
+  }
+}
+
 export class FairQueue<T extends QueueItem> {
   /**
    * The class floor: the settled service (counter minus pending) of the last flow dispatched in
@@ -135,6 +164,8 @@ export class FairQueue<T extends QueueItem> {
   private readonly heap = new FlowHeap<T>();
   private readonly ages = new AgeHeap<T>();
   private pruneAt = 64;
+  /** Scratch list of prune(), kept so a prune allocates nothing. */
+  private readonly idle: Flow<T>[] = [];
   /** The flow of the last lookup: consecutive requests of one tenant skip the map. */
   private lastFlow: Flow<T> | null = null;
 
@@ -309,8 +340,13 @@ export class FairQueue<T extends QueueItem> {
 
   // --- internals ---------------------------------------------------------------------------
 
-  /** A tenant's flow, created (at the floor) on first use. Check `live` before reusing it later. */
-  flowFor(tenant: string, weight: number): Flow<T> {
+  /**
+   * A tenant's flow, created (at the floor) on first use. Check `live` before reusing it later.
+   * `dropped`: a flow of the same tenant that this queue dropped, which the caller kept; when the
+   * tenant has no live flow, that object comes back (at the floor, as a new flow would) instead of
+   * a new one being allocated. Its old charges then settle into it, as they would into a new one.
+   */
+  flowFor(tenant: string, weight: number, dropped?: Flow<T>): Flow<T> {
     const last = this.lastFlow;
     if (last !== null && last.tenant === tenant) {
       last.weight = weight;
@@ -320,19 +356,27 @@ export class FairQueue<T extends QueueItem> {
     if (flow === undefined) {
       if (this.flows.size >= this.pruneAt) this.prune();
       // A new flow starts at the floor: the same place a lift would give it.
-      flow = {
-        tenant,
-        weight,
-        counter: this.floor,
-        pending: 0,
-        open: 0,
-        head: null,
-        tail: null,
-        length: 0,
-        heapIndex: -1,
-        ageIndex: -1,
-        live: true,
-      };
+      if (dropped !== undefined && !dropped.live && dropped.tenant === tenant) {
+        // Dropped only when idle (no waiter, nothing open): the rest is as a new flow has it.
+        flow = dropped;
+        flow.weight = weight;
+        flow.counter = this.floor;
+        flow.pending = 0;
+        flow.live = true;
+      } else
+        flow = {
+          tenant,
+          weight,
+          counter: this.floor,
+          pending: 0,
+          open: 0,
+          head: null,
+          tail: null,
+          length: 0,
+          heapIndex: -1,
+          ageIndex: -1,
+          live: true,
+        };
       this.flows.set(tenant, flow);
     } else {
       flow.weight = weight;
@@ -376,16 +420,19 @@ export class FairQueue<T extends QueueItem> {
    * past MAX_IDLE_FLOWS idle flows, the idle ones with the smallest lead until half remain.
    */
   private prune(): void {
-    const idle: Flow<T>[] = [];
+    const idle = this.idle;
     for (const flow of this.flows.values()) {
       if (flow.length !== 0 || flow.open !== 0) continue;
       if (flow.counter <= this.floor) this.drop(flow);
       else idle.push(flow);
     }
     if (idle.length > MAX_IDLE_FLOWS) {
-      idle.sort((a, b) => a.counter - b.counter);
-      for (let i = 0; i < idle.length - MAX_IDLE_FLOWS / 2; i++) this.drop(idle[i]!);
+      // Which ones go is a selection, not an order: partition around the k-th smallest lead.
+      const k = idle.length - MAX_IDLE_FLOWS / 2;
+      selectSmallest(idle, k);
+      for (let i = 0; i < k; i++) this.drop(idle[i]!);
     }
+    idle.length = 0;
     this.pruneAt = Math.max(64, 2 * this.flows.size);
   }
 
