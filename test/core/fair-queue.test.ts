@@ -103,31 +103,31 @@ describe("FairQueue", () => {
     assert.ok(renormalized > 0, "renormalized at least once");
   });
 
-  test("a dropped flow handed back comes back at the floor, the same object, with its late corrections", () => {
+  test("a kept flow is never dropped: at the floor it stays, forgotten it goes to the floor, released it goes", () => {
     const q = new FairQueue<Item>();
-    const x = ticket("x");
-    q.charge(x, 10, true);
-    q.settle(x);
-    for (let i = 0; i < 3; i++) {
-      const y = ticket("y");
-      q.charge(y, 10, true);
-      q.settle(y);
-    }
-    for (let i = 0; i < 200; i++) {
+    const kept = q.flowFor("k", 1, true);
+    const x = ticket("k");
+    q.charge(x, 10, true, kept);
+    q.settle(x); // idle, above the floor
+    // More than MAX_IDLE_FLOWS idle flows above the floor, each with a larger lead than k's: k is
+    // among the ones a prune forgets.
+    for (let i = 0; i < 3 * MAX_IDLE_FLOWS; i++) {
       const c = ticket(`u${i}`);
+      q.charge(c, 1000, true);
+      q.settle(c);
+      q.correct(c, 1000 + i);
+    }
+    assert.equal(kept.live, true);
+    assert.equal(q.flowFor("k", 1), kept, "the same object");
+    assert.equal(kept.counter, q.floor, "forgotten: moved from floor + 10 to the floor");
+    q.releaseKept();
+    assert.equal(kept.kept, false);
+    for (let i = 0; i < 3 * MAX_IDLE_FLOWS; i++) {
+      const c = ticket(`v${i}`);
       q.charge(c, 1, true);
       q.settle(c);
     }
-    const dropped = x.chargeFlow as Flow<Item>;
-    assert.equal(dropped.live, false);
-    const back = q.flowFor("x", 2, dropped);
-    assert.equal(back, dropped);
-    assert.equal(back.live, true);
-    assert.equal(back.weight, 2);
-    assert.equal(q.counterOf("x"), q.offset + q.floor);
-    // Another tenant's dropped flow is not taken, and a live flow wins over a handed-back one.
-    assert.notEqual(q.flowFor("z", 1, dropped), dropped);
-    assert.equal(q.flowFor("x", 1, { ...dropped, live: false }), back);
+    assert.equal(kept.live, false, "an ordinary flow again: pruned");
   });
 
   test("selectSmallest puts the k smallest counters first", () => {

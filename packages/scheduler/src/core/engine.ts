@@ -179,8 +179,8 @@ interface ResolvedTenant {
   maxRank: number;
   weight: number;
   /**
-   * The tenant's flow in each class's queue, kept here so an admission skips the queue's map (a
-   * cache: a pruned flow is looked up again, and revived when the tenant has no other). Null for the record shared by tenants without a policy.
+   * The tenant's flow in each class's queue, kept here so an admission skips the queue's map: the
+   * queue never drops a kept flow (`Flow.kept`), so memory is bounded by the tenant table. Null for the record shared by tenants without a policy.
    */
   flows: Array<Flow<Waiter> | null> | null;
 }
@@ -297,6 +297,8 @@ class PriorityScheduler implements Scheduler, PermitOwner {
       });
     }
     this.tenants = tenants;
+    // The old records (and their flow caches) are gone: their flows may be pruned again.
+    for (const queue of this.queues) queue.releaseKept();
   }
 
   classify(priority: string | null | undefined, tenant: string) {
@@ -429,8 +431,8 @@ class PriorityScheduler implements Scheduler, PermitOwner {
     if (cache === null) return this.queues[rank]!.flowFor(tenant, policy.weight);
     const cached = cache[rank];
     if (cached?.live) return cached;
-    // A pruned flow is handed back for reuse: no allocation when the tenant comes back.
-    const flow = this.queues[rank]!.flowFor(tenant, policy.weight, cached ?? undefined);
+    // Kept: never pruned while this record stands, so the next admission skips the queue's map.
+    const flow = this.queues[rank]!.flowFor(tenant, policy.weight, true);
     cache[rank] = flow;
     return flow;
   }

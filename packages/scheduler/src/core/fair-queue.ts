@@ -89,6 +89,13 @@ export interface Flow<T extends QueueItem = QueueItem> {
   ageIndex: number;
   /** False once pruned from the queue's map (a late correction then goes to the live flow). */
   live: boolean;
+  /**
+   * Held by a record of the caller's (a tenant with a policy, which caches it): never dropped, so
+   * the caller's cache stays good and a returning tenant costs no map work; a prune that would
+   * drop it moves it to the floor instead, which is where a new flow would start. Memory is then
+   * bounded by the caller's records, not by the traffic.
+   */
+  kept: boolean;
 }
 
 /** Tokens a cost stands for: finite, >= 0, at most MAX_CHARGE_TOKENS; anything else is `fallback`. */
@@ -342,11 +349,9 @@ export class FairQueue<T extends QueueItem> {
 
   /**
    * A tenant's flow, created (at the floor) on first use. Check `live` before reusing it later.
-   * `dropped`: a flow of the same tenant that this queue dropped, which the caller kept; when the
-   * tenant has no live flow, that object comes back (at the floor, as a new flow would) instead of
-   * a new one being allocated. Its old charges then settle into it, as they would into a new one.
+   * `keep`: the caller holds the flow in a record of its own (`Flow.kept`) until `releaseKept`.
    */
-  flowFor(tenant: string, weight: number, dropped?: Flow<T>): Flow<T> {
+  flowFor(tenant: string, weight: number, keep = false): Flow<T> {
     const last = this.lastFlow;
     if (last !== null && last.tenant === tenant) {
       last.weight = weight;
@@ -356,30 +361,24 @@ export class FairQueue<T extends QueueItem> {
     if (flow === undefined) {
       if (this.flows.size >= this.pruneAt) this.prune();
       // A new flow starts at the floor: the same place a lift would give it.
-      if (dropped !== undefined && !dropped.live && dropped.tenant === tenant) {
-        // Dropped only when idle (no waiter, nothing open): the rest is as a new flow has it.
-        flow = dropped;
-        flow.weight = weight;
-        flow.counter = this.floor;
-        flow.pending = 0;
-        flow.live = true;
-      } else
-        flow = {
-          tenant,
-          weight,
-          counter: this.floor,
-          pending: 0,
-          open: 0,
-          head: null,
-          tail: null,
-          length: 0,
-          heapIndex: -1,
-          ageIndex: -1,
-          live: true,
-        };
+      flow = {
+        tenant,
+        weight,
+        counter: this.floor,
+        pending: 0,
+        open: 0,
+        head: null,
+        tail: null,
+        length: 0,
+        heapIndex: -1,
+        ageIndex: -1,
+        live: true,
+        kept: keep,
+      };
       this.flows.set(tenant, flow);
     } else {
       flow.weight = weight;
+      if (keep) flow.kept = true;
     }
     this.lastFlow = flow;
     return flow;
@@ -423,17 +422,27 @@ export class FairQueue<T extends QueueItem> {
     const idle = this.idle;
     for (const flow of this.flows.values()) {
       if (flow.length !== 0 || flow.open !== 0) continue;
-      if (flow.counter <= this.floor) this.drop(flow);
-      else idle.push(flow);
+      if (flow.counter > this.floor) idle.push(flow);
+      else if (!flow.kept) this.drop(flow);
     }
     if (idle.length > MAX_IDLE_FLOWS) {
       // Which ones go is a selection, not an order: partition around the k-th smallest lead.
       const k = idle.length - MAX_IDLE_FLOWS / 2;
       selectSmallest(idle, k);
-      for (let i = 0; i < k; i++) this.drop(idle[i]!);
+      for (let i = 0; i < k; i++) {
+        const flow = idle[i]!;
+        // Forgotten: a kept flow goes back to the floor, where a new flow would start.
+        if (flow.kept) flow.counter = this.floor;
+        else this.drop(flow);
+      }
     }
     idle.length = 0;
     this.pruneAt = Math.max(64, 2 * this.flows.size);
+  }
+
+  /** The caller's records are gone (e.g. replaced on reload): kept flows become ordinary ones. */
+  releaseKept(): void {
+    for (const flow of this.flows.values()) flow.kept = false;
   }
 
   private drop(flow: Flow<T>): void {
