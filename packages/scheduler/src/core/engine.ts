@@ -180,7 +180,8 @@ interface ResolvedTenant {
   weight: number;
   /**
    * The tenant's flow in each class's queue, kept here so an admission skips the queue's map: the
-   * queue never drops a kept flow (`Flow.kept`), so memory is bounded by the tenant table. Null for the record shared by tenants without a policy.
+   * queue never drops a kept flow (`Flow.kept`), so memory is bounded by the tenant table. Null
+   * for the record shared by tenants without a policy.
    */
   flows: Array<Flow<Waiter> | null> | null;
 }
