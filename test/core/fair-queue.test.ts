@@ -11,14 +11,13 @@ import {
   MAX_IDLE_FLOWS,
   type QueueItem,
   RENORMALIZE_AT,
+  selectSmallest,
 } from "@sluice/scheduler/core/fair-queue.js";
 
 class Item implements QueueItem {
   flow: Flow<this> | null = null;
   prevInFlow: this | null = null;
   nextInFlow: this | null = null;
-  prevArrival: this | null = null;
-  nextArrival: this | null = null;
   constructor(
     readonly tenant: string,
     readonly cost: number,
@@ -48,7 +47,7 @@ describe("FairQueue", () => {
     const q = new FairQueue<Item>();
     const held = ticket("held");
     q.charge(held, 5, true);
-    q.push(new Item("waiting", 1, 0));
+    q.push(new Item("waiting", 1, 0), q.flowFor("waiting", 1));
     for (let i = 0; i < 3 * MAX_IDLE_FLOWS; i++) {
       const c = ticket(`user-${i}`);
       q.charge(c, 100, true);
@@ -102,5 +101,53 @@ describe("FairQueue", () => {
       assert.ok(q.floor < RENORMALIZE_AT, `step ${i}: floor ${q.floor}`);
     }
     assert.ok(renormalized > 0, "renormalized at least once");
+  });
+
+  test("a kept flow is never dropped: at the floor it stays, forgotten it goes to the floor, released it goes", () => {
+    const q = new FairQueue<Item>();
+    const kept = q.flowFor("k", 1, true);
+    const x = ticket("k");
+    q.charge(x, 10, true, kept);
+    q.settle(x); // idle, above the floor
+    // More than MAX_IDLE_FLOWS idle flows above the floor, each with a larger lead than k's: k is
+    // among the ones a prune forgets.
+    for (let i = 0; i < 3 * MAX_IDLE_FLOWS; i++) {
+      const c = ticket(`u${i}`);
+      q.charge(c, 1000, true);
+      q.settle(c);
+      q.correct(c, 1000 + i);
+    }
+    assert.equal(kept.live, true);
+    assert.equal(q.flowFor("k", 1), kept, "the same object");
+    assert.equal(kept.counter, q.floor, "forgotten: moved from floor + 10 to the floor");
+    q.releaseKept();
+    assert.equal(kept.kept, false);
+    for (let i = 0; i < 3 * MAX_IDLE_FLOWS; i++) {
+      const c = ticket(`v${i}`);
+      q.charge(c, 1, true);
+      q.settle(c);
+    }
+    assert.equal(kept.live, false, "an ordinary flow again: pruned");
+  });
+
+  test("selectSmallest puts the k smallest counters first", () => {
+    let seed = 7;
+    const rand = () => {
+      seed = (seed * 1103515245 + 12345) % 2 ** 31;
+      return seed / 2 ** 31;
+    };
+    for (const n of [1, 2, 5, 64, 1000]) {
+      for (const k of [1, Math.ceil(n / 2), n]) {
+        // Few distinct values, so ties around the boundary are exercised too.
+        const flows = Array.from({ length: n }, () => ({ counter: Math.floor(rand() * 20) }) as Flow);
+        const sorted = flows.map((f) => f.counter).sort((a, b) => a - b);
+        selectSmallest(flows, k);
+        const first = flows
+          .slice(0, k)
+          .map((f) => f.counter)
+          .sort((a, b) => a - b);
+        assert.deepEqual(first, sorted.slice(0, k), `n ${n} k ${k}`);
+      }
+    }
   });
 });

@@ -120,54 +120,49 @@ export interface Scheduler {
 
 /**
  * A queued acquire. Its shape is kept small (docs/design.md, "A waiter's bytes"): one is held per
- * queued request, and a flood queues hundreds of thousands.
+ * queued request, and a flood queues hundreds of thousands. Eight fields: what the waiter's flow
+ * or its queue already knows is not repeated here (the tenant and weight are the flow's, the
+ * effective class is the queue's), and the requested class rides in `seq`'s low bits.
  */
 class Waiter implements QueueItem {
-  readonly tenant: string;
-  readonly cost: number;
-  readonly seq: number;
-  weight: number;
   flow: Flow<this> | null = null;
   prevInFlow: this | null = null;
   nextInFlow: this | null = null;
-  prevArrival: this | null = null;
-  nextArrival: this | null = null;
-  /** The effective class's rank, and the requested one's times 4 (ranks are 0..3): one field. */
-  private readonly ranks: number;
+  /**
+   * Arrival count times 4 plus the requested class's rank (0..3): it orders like the count, and
+   * stays a small integer (the count restarts whenever the queues are empty).
+   */
+  readonly seq: number;
   readonly enqueuedAt: number;
+  readonly cost: number;
   /**
    * The promise's resolve function only: its reject function is not kept (a function object less per
    * waiter); a refusal resolves it with a thenable that rejects (`refusal`).
    */
-  resolve!: (outcome: SchedulerPermit | PromiseLike<SchedulerPermit>) => void;
-  signal: CancelSignal | undefined = undefined;
-  onAbort: (() => void) | undefined = undefined;
+  readonly resolve: (outcome: SchedulerPermit | PromiseLike<SchedulerPermit>) => void;
+  /** Set while queued with a signal: the abort listener, which also unhooks itself (`UNHOOK`). */
+  onAbort: AbortHook | undefined = undefined;
 
   constructor(
-    tenant: string,
-    cost: number,
-    weight: number,
     seq: number,
-    rank: number,
-    requestedRank: number,
     now: number,
+    cost: number,
+    resolve: (outcome: SchedulerPermit | PromiseLike<SchedulerPermit>) => void,
   ) {
-    this.tenant = tenant;
-    this.cost = cost;
-    this.weight = weight;
     this.seq = seq;
-    this.ranks = rank | (requestedRank << 2);
     this.enqueuedAt = now;
-  }
-
-  get rank(): number {
-    return this.ranks & 3;
-  }
-
-  get requestedRank(): number {
-    return this.ranks >> 2;
+    this.cost = cost;
+    this.resolve = resolve;
   }
 }
+
+/**
+ * What a waiter's abort hook is called with to take itself off its signal instead of cancelling:
+ * one closure is both the listener and the way to remove it, so a waiter keeps neither the signal
+ * nor a second object for it.
+ */
+const UNHOOK = Symbol("unhook");
+type AbortHook = (how?: unknown) => void;
 
 /** A thenable that rejects with `error`: what a waiter's promise is resolved with to refuse it. */
 function refusal(error: Error): PromiseLike<never> {
@@ -184,8 +179,9 @@ interface ResolvedTenant {
   maxRank: number;
   weight: number;
   /**
-   * The tenant's flow in each class's queue, kept here so an admission skips the queue's map (a
-   * cache: a pruned flow is looked up again). Null for the record shared by tenants without a policy.
+   * The tenant's flow in each class's queue, kept here so an admission skips the queue's map: the
+   * queue never drops a kept flow (`Flow.kept`), so memory is bounded by the tenant table. Null
+   * for the record shared by tenants without a policy.
    */
   flows: Array<Flow<Waiter> | null> | null;
 }
@@ -222,6 +218,11 @@ class PriorityScheduler implements Scheduler, PermitOwner {
   /** Admissions so far (fast, queued, promoted, preemptor): the clock of the promotion credit. */
   private admissions = 0;
   private tenants = new Map<string, ResolvedTenant>();
+  /** The resolve function the last promise's executor handed over (one executor, not one per waiter). */
+  private captured: ((outcome: SchedulerPermit | PromiseLike<SchedulerPermit>) => void) | null = null;
+  private readonly capture = (resolve: (outcome: SchedulerPermit | PromiseLike<SchedulerPermit>) => void) => {
+    this.captured = resolve;
+  };
   private defaultTenant: ResolvedTenant;
   private queuedTotal = 0;
   private seq = 0;
@@ -297,6 +298,8 @@ class PriorityScheduler implements Scheduler, PermitOwner {
       });
     }
     this.tenants = tenants;
+    // The old records (and their flow caches) are gone: their flows may be pruned again.
+    for (const queue of this.queues) queue.releaseKept();
   }
 
   classify(priority: string | null | undefined, tenant: string) {
@@ -427,9 +430,10 @@ class PriorityScheduler implements Scheduler, PermitOwner {
   private flowOf(policy: ResolvedTenant, rank: number, tenant: string): Flow<Waiter> {
     const cache = policy.flows;
     if (cache === null) return this.queues[rank]!.flowFor(tenant, policy.weight);
-    const cached = cache[rank]!;
+    const cached = cache[rank];
     if (cached?.live) return cached;
-    const flow = this.queues[rank]!.flowFor(tenant, policy.weight);
+    // Kept: never pruned while this record stands, so the next admission skips the queue's map.
+    const flow = this.queues[rank]!.flowFor(tenant, policy.weight, true);
     cache[rank] = flow;
     return flow;
   }
@@ -475,17 +479,14 @@ class PriorityScheduler implements Scheduler, PermitOwner {
     signal: CancelSignal | undefined,
   ): Promise<Permit> {
     const now = this.clock.now();
-    const waiter = new Waiter(tenant, cost, policy.weight, this.seq++, rank, requested, now);
-    const promise = new Promise<SchedulerPermit>((resolve) => {
-      waiter.resolve = resolve;
-    });
+    const promise = new Promise<SchedulerPermit>(this.capture);
+    // No live waiter compares with an older count once the queues are empty: restart it.
+    if (this.queuedTotal === 0) this.seq = 0;
+    const waiter = new Waiter(this.seq++ * 4 + requested, now, cost, this.captured!);
+    this.captured = null;
     this.queues[rank]!.push(waiter, this.flowOf(policy, rank, tenant));
     this.queuedTotal++;
-    if (signal !== undefined) {
-      waiter.signal = signal;
-      waiter.onAbort = () => this.cancel(waiter);
-      signal.addEventListener("abort", waiter.onAbort, { once: true });
-    }
+    if (signal !== undefined) this.hookAbort(waiter, rank, signal);
     const starveAt = now + this.starvationMs[rank]!;
     if (starveAt < this.starveCheckAt) this.starveCheckAt = starveAt;
     const timeoutAt = now + this.timeoutMs[rank]!;
@@ -493,52 +494,84 @@ class PriorityScheduler implements Scheduler, PermitOwner {
     return promise;
   }
 
+  /**
+   * Cancels the waiter when its signal fires. Its own function, so that `enqueue` allocates no
+   * closure context for the waiters that have no signal.
+   */
+  private hookAbort(waiter: Waiter, rank: number, signal: CancelSignal): void {
+    // Assigned to the field, not to a named const: tsx (esbuild's keepNames) gives a named
+    // function its own `name` property, a property store of 260 bytes on every waiter's hook.
+    waiter.onAbort = (how) => {
+      if (how === UNHOOK) signal.removeEventListener("abort", waiter.onAbort!);
+      else this.cancel(waiter, rank);
+    };
+    signal.addEventListener("abort", waiter.onAbort, { once: true });
+  }
+
   /** Takes a waiter off its queue (it has been served, timed out or cancelled). */
   private detach(waiter: Waiter): void {
     this.queuedTotal--;
-    if (waiter.signal !== undefined && waiter.onAbort !== undefined) {
-      waiter.signal.removeEventListener("abort", waiter.onAbort);
+    if (waiter.onAbort !== undefined) {
+      waiter.onAbort(UNHOOK);
+      waiter.onAbort = undefined;
     }
-    waiter.signal = undefined;
-    waiter.onAbort = undefined;
   }
 
-  /** Admits a waiter that has left its flow: into a free slot, or into a victim's. */
-  private grant(waiter: Waiter, promoted: boolean, now: number, victim: SchedulerPermit | null = null): void {
+  /**
+   * Admits a waiter of class `rank` that has left `flow` (pop or serveOutOfOrder): into a free
+   * slot, or into a victim's.
+   */
+  private grant(
+    waiter: Waiter,
+    flow: Flow<Waiter>,
+    rank: number,
+    promoted: boolean,
+    now: number,
+    victim: SchedulerPermit | null = null,
+  ): void {
     this.detach(waiter);
-    if (victim === null) this.slots.take(waiter.rank);
-    else this.takeSlotOf(victim, waiter.rank);
+    if (victim === null) this.slots.take(rank);
+    else this.takeSlotOf(victim, rank);
     const waitMs = now - waiter.enqueuedAt;
+    const tenant = flow.tenant;
     const permit = new SchedulerPermit(
       this,
-      waiter.rank,
-      waiter.requestedRank,
-      waiter.tenant,
+      rank,
+      waiter.seq & 3,
+      tenant,
       waiter.cost,
-      waiter.weight,
+      flow.weight,
       waitMs,
       "queued",
       promoted,
     );
-    // The waiter has left its flow (pop or serveOutOfOrder); charge its estimate.
-    this.queues[waiter.rank]!.charge(permit, waiter.cost, false);
+    // Charge its estimate to the flow it left (nothing has touched the queue since: still live).
+    this.queues[rank]!.charge(permit, waiter.cost, false, flow);
     this.preemptible.add(permit);
-    const cls = classOfRank(waiter.rank);
+    const cls = classOfRank(rank);
     if (promoted) {
-      this.promotionCounts[waiter.rank]!++;
+      this.promotionCounts[rank]!++;
       this.observer.starvationPromotion?.(cls);
     }
-    this.count(waiter.rank, "admitted", waiter.tenant);
+    this.count(rank, "admitted", tenant);
     this.observer.queueWait?.(cls, waitMs / 1000, "admitted");
     waiter.resolve(permit);
   }
 
-  private cancel(waiter: Waiter): void {
-    if (waiter.flow === null) return; // already left the queue
-    this.queues[waiter.rank]!.remove(waiter);
+  /** Admits the next waiter of class `rank` in fair order. */
+  private grantNext(rank: number, promoted: boolean, now: number): void {
+    const queue = this.queues[rank]!;
+    const flow = queue.peekFlow()!;
+    this.grant(queue.pop()!, flow, rank, promoted, now);
+  }
+
+  private cancel(waiter: Waiter, rank: number): void {
+    const flow = waiter.flow;
+    if (flow === null) return; // already left the queue
+    this.queues[rank]!.remove(waiter);
     this.detach(waiter);
-    const cls = classOfRank(waiter.rank);
-    this.count(waiter.rank, "client_cancelled", waiter.tenant);
+    const cls = classOfRank(rank);
+    this.count(rank, "client_cancelled", flow.tenant);
     const waitedMs = this.clock.now() - waiter.enqueuedAt;
     this.observer.queueWait?.(cls, waitedMs / 1000, "client_cancelled");
     const error = new ClientCancelledError(cls, "scheduler_client_cancelled");
@@ -579,22 +612,26 @@ class PriorityScheduler implements Scheduler, PermitOwner {
     let granted = false;
     for (;;) {
       let best: Waiter | null = null;
+      let bestRank = -1;
       let nextMark = Number.POSITIVE_INFINITY;
       for (let r = 0; r < CLASS_COUNT; r++) {
         const oldest = this.queues[r]!.oldest();
         if (oldest === null) continue;
         const mark = oldest.enqueuedAt + this.starvationMs[r]!;
         if (mark < nextMark) nextMark = mark;
-        if (now >= mark && (best === null || oldest.seq < best.seq) && this.mayPromote(r)) best = oldest;
+        if (now >= mark && (best === null || oldest.seq < best.seq) && this.mayPromote(r)) {
+          best = oldest;
+          bestRank = r;
+        }
       }
       this.starveCheckAt = nextMark;
       if (best === null || !this.slots.hasFreeSlot()) return granted;
-      if (this.waitersAbove(best.rank)) this.spendPromotionCredit(best.rank);
+      if (this.waitersAbove(bestRank)) this.spendPromotionCredit(bestRank);
       // The mark decides which class takes the slot out of priority order; inside the class, its
       // fair order decides who. Promoting the oldest waiter itself made a class whose
       // waiters had all aged past the mark run oldest-first, and, the floor never moving, a tenant
       // that came back was lifted to a stale floor: 72/28 for weights 2:1 on the Azure trace.
-      this.grant(this.queues[best.rank]!.pop()!, true, now);
+      this.grantNext(bestRank, true, now);
       granted = true;
     }
   }
@@ -609,7 +646,7 @@ class PriorityScheduler implements Scheduler, PermitOwner {
       const queue = this.queues[r]!;
       while (queue.size > 0) {
         if (this.slots.headroom(r) <= 0) return granted;
-        this.grant(queue.pop()!, false, now);
+        this.grantNext(r, false, now);
         granted = true;
       }
     }
@@ -626,10 +663,11 @@ class PriorityScheduler implements Scheduler, PermitOwner {
       // Same expression as the deadline the timer was armed at (rearm): `now - enqueuedAt >= limit`
       // can be false by one ulp for fractional times, and the timer would fire again and again.
       for (let w = queue.oldest(); w !== null && w.enqueuedAt + limit <= now; w = queue.oldest()) {
+        const tenant = w.flow!.tenant;
         queue.remove(w);
         this.detach(w);
         const cls = classOfRank(r);
-        this.count(r, "rejected_queue_timeout", w.tenant);
+        this.count(r, "rejected_queue_timeout", tenant);
         this.observer.queueWait?.(cls, (now - w.enqueuedAt) / 1000, "rejected_queue_timeout");
         const error = new QueueTimeoutError(cls, limit / 1000);
         error.queueWaitMs = now - w.enqueuedAt;
@@ -655,8 +693,9 @@ class PriorityScheduler implements Scheduler, PermitOwner {
         if (this.slots.headroom(r) > 0) return;
         const victim = this.preemptible.victimBelow(r, this.preemptionCost);
         if (victim === null) return;
+        const flow = w.flow!;
         queue.serveOutOfOrder(w);
-        this.grant(w, false, now, victim);
+        this.grant(w, flow, r, false, now, victim);
       }
       return;
     }

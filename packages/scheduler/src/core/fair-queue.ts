@@ -19,9 +19,11 @@
  * Counters are relative to an offset that is moved (renormalization) whenever the floor passes
  * RENORMALIZE_AT, so float64 keeps sub-token precision however long the process runs.
  *
- * Besides the flows, every waiter is on an arrival-order list, which gives the oldest waiter in
- * O(1) for timeouts and starvation promotion. All links are intrusive: enqueue, dispatch and
- * removal cost O(log flows) and allocate nothing but a flow on a tenant's first use.
+ * A flow's waiters are in arrival order, so the oldest waiter of the queue (for timeouts and
+ * starvation promotion) is the oldest flow head: a second heap orders the backlogged flows by their
+ * head's arrival. It costs an O(log flows) step per dispatch and saves every waiter two links
+ * (docs/design.md, "A waiter's bytes"). All links are intrusive: enqueue, dispatch and removal cost
+ * O(log flows) and allocate nothing but a flow on a tenant's first use.
  */
 import { IndexedHeap } from "./heap.js";
 
@@ -40,17 +42,20 @@ export const RENORMALIZE_AT = 2 ** 32;
  */
 export const MAX_IDLE_FLOWS = 4096;
 
+/**
+ * What the queue keeps on an item: its arrival order and its flow's links. The tenant and weight
+ * are the flow's (an item is pushed with its flow), so an item does not repeat them.
+ */
 export interface QueueItem {
-  readonly tenant: string;
-  readonly cost: number;
-  /** Global arrival sequence: ties in counters break on it (the older head first). */
+  /**
+   * Arrival order, unique and increasing among queued items: ties in counters break on it (the
+   * older head first), and the oldest item is the one with the least.
+   */
   readonly seq: number;
-  weight: number;
+  /** The flow the item is queued in; null once it left (served, timed out or cancelled). */
   flow: Flow<this> | null;
   prevInFlow: this | null;
   nextInFlow: this | null;
-  prevArrival: this | null;
-  nextArrival: this | null;
 }
 
 /** What a dispatched request carries so that its charge can be corrected, settled or refunded. */
@@ -80,8 +85,17 @@ export interface Flow<T extends QueueItem = QueueItem> {
   length: number;
   /** Position in the heap, -1 when the flow has no waiters. */
   heapIndex: number;
+  /** Position in the heap of heads by arrival (meaningful only while the flow has waiters). */
+  ageIndex: number;
   /** False once pruned from the queue's map (a late correction then goes to the live flow). */
   live: boolean;
+  /**
+   * Held by a record of the caller's (a tenant with a policy, which caches it): never dropped, so
+   * the caller's cache stays good and a returning tenant costs no map work; a prune that would
+   * drop it moves it to the floor instead, which is where a new flow would start. Memory is then
+   * bounded by the caller's records, not by the traffic.
+   */
+  kept: boolean;
 }
 
 /** Tokens a cost stands for: finite, >= 0, at most MAX_CHARGE_TOKENS; anything else is `fallback`. */
@@ -105,6 +119,45 @@ class FlowHeap<T extends QueueItem> extends IndexedHeap<Flow<T>> {
   }
 }
 
+/** Backlogged flows by their head's arrival: the oldest item of the queue is the top's head. */
+class AgeHeap<T extends QueueItem> extends IndexedHeap<Flow<T>> {
+  protected less(a: Flow<T>, b: Flow<T>): boolean {
+    return a.head!.seq < b.head!.seq;
+  }
+  protected setIndex(flow: Flow<T>, index: number): void {
+    flow.ageIndex = index;
+  }
+}
+
+/**
+ * Reorders `flows` so that its first `k` hold the `k` smallest counters (in no particular order):
+ * Hoare's selection, O(n) on average, where a sort was O(n log n) with a comparator call per step.
+ */
+export function selectSmallest(flows: Flow[], k: number): void {
+  let lo = 0;
+  let hi = flows.length - 1;
+  while (lo < hi) {
+    const pivot = flows[(lo + hi) >>> 1]!.counter;
+    let i = lo;
+    let j = hi;
+    while (i <= j) {
+      while (flows[i]!.counter < pivot) i++;
+      while (flows[j]!.counter > pivot) j--;
+      if (i <= j) {
+        const t = flows[i]!;
+        flows[i] = flows[j]!;
+        flows[j] = t;
+        i++;
+        j--;
+      }
+    }
+    // [lo, j] <= pivot <= [i, hi]: keep the side that holds the boundary between k-1 and k.
+    if (k - 1 <= j) hi = j;
+    else if (k - 1 >= i) lo = i;
+    else return;
+  }
+}
+
 export class FairQueue<T extends QueueItem> {
   /**
    * The class floor: the settled service (counter minus pending) of the last flow dispatched in
@@ -116,21 +169,28 @@ export class FairQueue<T extends QueueItem> {
   size = 0;
   private readonly flows = new Map<string, Flow<T>>();
   private readonly heap = new FlowHeap<T>();
+  private readonly ages = new AgeHeap<T>();
   private pruneAt = 64;
+  /** Scratch list of prune(), kept so a prune allocates nothing. */
+  private readonly idle: Flow<T>[] = [];
   /** The flow of the last lookup: consecutive requests of one tenant skip the map. */
   private lastFlow: Flow<T> | null = null;
-  private oldestItem: T | null = null;
-  private newestItem: T | null = null;
 
   /** The longest-waiting item (arrival order), or null. */
   oldest(): T | null {
-    return this.oldestItem;
+    const top = this.ages.items[0];
+    return top ? top.head : null;
   }
 
   /** The item fair queuing would serve next, or null. */
   peek(): T | null {
     const top = this.heap.items[0];
     return top ? top.head : null;
+  }
+
+  /** The flow of the item fair queuing would serve next (the one `pop` takes), or null. */
+  peekFlow(): Flow<T> | null {
+    return this.heap.items[0] ?? null;
   }
 
   /** Number of flows with at least one waiter. */
@@ -148,8 +208,8 @@ export class FairQueue<T extends QueueItem> {
     return this.flows.get(tenant);
   }
 
-  /** Queues an item; `flow` is its tenant's flow when the caller already has it (from `flowFor`). */
-  push(item: T, flow: Flow<T> = this.flowFor(item.tenant, item.weight)): void {
+  /** Queues an item in its tenant's flow (from `flowFor`). */
+  push(item: T, flow: Flow<T>): void {
     item.flow = flow;
     item.nextInFlow = null;
     item.prevInFlow = flow.tail;
@@ -157,18 +217,13 @@ export class FairQueue<T extends QueueItem> {
     else flow.head = item;
     flow.tail = item;
     flow.length++;
-
-    item.nextArrival = null;
-    item.prevArrival = this.newestItem;
-    if (this.newestItem) this.newestItem.nextArrival = item;
-    else this.oldestItem = item;
-    this.newestItem = item;
     this.size++;
 
     if (flow.head === item) {
       // The flow becomes backlogged: idle time earns no credit.
       this.lift(flow);
       this.heap.push(flow);
+      this.ages.push(flow);
     }
   }
 
@@ -292,8 +347,11 @@ export class FairQueue<T extends QueueItem> {
 
   // --- internals ---------------------------------------------------------------------------
 
-  /** A tenant's flow, created (at the floor) on first use. Check `live` before reusing it later. */
-  flowFor(tenant: string, weight: number): Flow<T> {
+  /**
+   * A tenant's flow, created (at the floor) on first use. Check `live` before reusing it later.
+   * `keep`: the caller holds the flow in a record of its own (`Flow.kept`) until `releaseKept`.
+   */
+  flowFor(tenant: string, weight: number, keep = false): Flow<T> {
     const last = this.lastFlow;
     if (last !== null && last.tenant === tenant) {
       last.weight = weight;
@@ -313,11 +371,14 @@ export class FairQueue<T extends QueueItem> {
         tail: null,
         length: 0,
         heapIndex: -1,
+        ageIndex: -1,
         live: true,
+        kept: keep,
       };
       this.flows.set(tenant, flow);
     } else {
       flow.weight = weight;
+      if (keep) flow.kept = true;
     }
     this.lastFlow = flow;
     return flow;
@@ -358,17 +419,30 @@ export class FairQueue<T extends QueueItem> {
    * past MAX_IDLE_FLOWS idle flows, the idle ones with the smallest lead until half remain.
    */
   private prune(): void {
-    const idle: Flow<T>[] = [];
+    const idle = this.idle;
     for (const flow of this.flows.values()) {
       if (flow.length !== 0 || flow.open !== 0) continue;
-      if (flow.counter <= this.floor) this.drop(flow);
-      else idle.push(flow);
+      if (flow.counter > this.floor) idle.push(flow);
+      else if (!flow.kept) this.drop(flow);
     }
     if (idle.length > MAX_IDLE_FLOWS) {
-      idle.sort((a, b) => a.counter - b.counter);
-      for (let i = 0; i < idle.length - MAX_IDLE_FLOWS / 2; i++) this.drop(idle[i]!);
+      // Which ones go is a selection, not an order: partition around the k-th smallest lead.
+      const k = idle.length - MAX_IDLE_FLOWS / 2;
+      selectSmallest(idle, k);
+      for (let i = 0; i < k; i++) {
+        const flow = idle[i]!;
+        // Forgotten: a kept flow goes back to the floor, where a new flow would start.
+        if (flow.kept) flow.counter = this.floor;
+        else this.drop(flow);
+      }
     }
+    idle.length = 0;
     this.pruneAt = Math.max(64, 2 * this.flows.size);
+  }
+
+  /** The caller's records are gone (e.g. replaced on reload): kept flows become ordinary ones. */
+  releaseKept(): void {
+    for (const flow of this.flows.values()) flow.kept = false;
   }
 
   private drop(flow: Flow<T>): void {
@@ -391,22 +465,21 @@ export class FairQueue<T extends QueueItem> {
     if (item.nextInFlow) item.nextInFlow.prevInFlow = item.prevInFlow;
     else flow.tail = item.prevInFlow;
     flow.length--;
-
-    if (item.prevArrival) item.prevArrival.nextArrival = item.nextArrival;
-    else this.oldestItem = item.nextArrival;
-    if (item.nextArrival) item.nextArrival.prevArrival = item.prevArrival;
-    else this.newestItem = item.prevArrival;
     this.size--;
 
     item.flow = null;
-    item.prevInFlow = item.nextInFlow = item.prevArrival = item.nextArrival = null;
+    item.prevInFlow = item.nextInFlow = null;
 
     if (!wasHead) return;
     if (flow.head === null) {
       this.heap.removeAt(flow.heapIndex);
       flow.heapIndex = -1;
+      this.ages.removeAt(flow.ageIndex);
+      flow.ageIndex = -1;
       return;
     }
+    // A younger head: the flow moves back in arrival order.
+    this.ages.increased(flow.ageIndex);
     // Same counter, younger head: the flow can only lose ties.
     if (sift) this.heap.increased(flow.heapIndex);
   }
