@@ -155,8 +155,6 @@ export const CONTROLLER = Object.freeze({
   maxCut: 0.5,
   /** The largest raise of one decision while tracking; a cold start doubles. */
   maxRaise: 1.25,
-  /** A TPOT p90 under this x the set point is far under it: a raise may double. */
-  farUnder: 0.8,
   /** Engine waiting tolerated: a request arriving between two engine steps waits one step. */
   waitingTolerance: 0.05,
   /** The limit is in use when the in-flight peak reaches this share of it (or work waits). */
@@ -499,10 +497,10 @@ export class AdaptiveLimit {
       return this.cut(Math.min(this.current - 1, wanted), "slo");
     }
     if (!inUse || !this.engineHasRoom()) return "hold";
-    // Far under the set point (an incident over, a cold start) the limit may double: there is room
-    // beyond doubt, and a climb back held to 25% a decision takes half a minute.
-    const cap = tpotP90 <= CONTROLLER.farUnder * target ? 2 : this.raiseFactor();
-    return this.raise(Math.min(this.current * Math.min(step, cap), this.engineCeiling()));
+    // At most x1.25 a decision once tracking, however far under: past a knee TPOT may double with
+    // a few requests more (a doubling from under the knee overshot to twice the SLO and back, on
+    // and on, over real HTTP), so a climb after an incident takes half a minute.
+    return this.raise(Math.min(this.current * Math.min(step, this.raiseFactor()), this.engineCeiling()));
   }
 
   private raiseWithRoom(): AdaptiveDecision {

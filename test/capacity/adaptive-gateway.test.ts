@@ -204,8 +204,10 @@ describe("adaptive capacity over HTTP", () => {
       assert.ok(peaks[i]! <= Math.max(limits[i - 1]!, limits[i - 2]!) + 1, detail);
     }
     for (const peak of peaks.slice(-5)) assert.ok(peak <= 2 * KNEE, detail);
-    // The last decision's p90 may be the one over the SLO that cut; what the limit holds TPOT at is under it.
-    assert.ok(snapshot.tpotBaselineMs !== null && snapshot.tpotBaselineMs < TPOT_SLO_MS, detail);
+    // The last decision's p90 is a draw around the set point (0.97 x 12 ms): one over the SLO is
+    // the one that cut; never far over it once settled.
+    assert.ok(snapshot.tpotP90Ms !== null && snapshot.tpotP90Ms < 1.5 * TPOT_SLO_MS, detail);
+    assert.ok(snapshot.sloDecreases >= 1, detail);
     assert.ok((load.statuses.get(200) ?? 0) > 100, `answers: ${JSON.stringify([...load.statuses])}`);
     assert.deepEqual([...load.statuses.keys()], [200], "every request served, none refused");
 
@@ -302,7 +304,7 @@ describe("adaptive capacity over HTTP", () => {
 
   test("ttft_slo_ms acts at a cold start while the first cohort still streams: its TTFTs come at the first token", async (t) => {
     // A worker advertising 64 with its knee at 8: the cold start's 16 streams admitted at once wait
-    // for their first token over a 30 ms TTFT SLO, and then decode for seconds (400 tokens at
+    // for their first token (about 28 ms) over a 20 ms TTFT SLO, and then decode for seconds (400 tokens at
     // 50 ms). Reported with the answers' ends, those TTFTs would come only once the cohort had
     // drained. 16 samples are fewer than a decision's 60: the controller decides on them after
     // ten windows (CONTROLLER.patientWindows).
@@ -314,7 +316,7 @@ describe("adaptive capacity over HTTP", () => {
       schedulerYaml: schedulerDoc({
         classes: { system: LONG, interactive: LONG, default: LONG, bulk: LONG },
       }),
-      gateway: { clock, capacity: { mode: "adaptive", minCapacity: 2, ttftSloMs: 30 } },
+      gateway: { clock, capacity: { mode: "adaptive", minCapacity: 2, ttftSloMs: 20 } },
     });
     let running = true;
     const loops = Array.from({ length: 32 }, async () => {

@@ -71,7 +71,8 @@ describe("adaptive mode sheds by the classes' queue timeouts unless configured",
     const fleet = await startFleet(t, {
       workers: [SLOW],
       schedulerYaml: schedulerDoc({ classes }),
-      gateway: { clock, capacity: { mode: "adaptive", minCapacity: 1 } },
+      // The floor keeps both of the worker's slots (a cold start would begin at a quarter of them).
+      gateway: { clock, capacity: { mode: "adaptive", minCapacity: 2 } },
     });
     const shedding = fleet.gateway.shedding!;
     const status = shedding.status().prioritized!;
@@ -385,7 +386,6 @@ describe("configuration", () => {
       maxCapacity: 48,
       tpotSloMs: 60,
       ttftSloMs: 1500,
-      tuning: {},
     });
   });
 
