@@ -66,6 +66,11 @@ export interface OutputPrediction {
    * context): only then is it an estimate of length a queue can be weighed by.
    */
   readonly learned: boolean;
+  /**
+   * The expected output of one answer (a decaying mean, under the request's cap) when answers
+   * taught it: what a sum of many requests holds (KV packing), where `tokens` is what one may need.
+   */
+  readonly expectedTokens?: number | undefined;
 }
 
 export interface PredictionInput {
@@ -85,6 +90,8 @@ class Samples {
   private next = 0;
   private count = 0;
   private cached: number | undefined;
+  /** The decaying mean, computed with the quantile. */
+  private cachedMean: number | undefined;
   private cachedAt = Number.NEGATIVE_INFINITY;
   /** Answers added since the quantile was computed. */
   private fresh = 0;
@@ -95,6 +102,12 @@ class Samples {
     this.next = (this.next + 1) % WINDOW;
     if (this.count < WINDOW) this.count++;
     this.fresh++;
+  }
+
+  /** The decaying mean, on the same answers and terms as the quantile. */
+  mean(now: number): number | undefined {
+    this.quantile(now);
+    return this.cachedMean;
   }
 
   /** The decaying quantile of the answers younger than MAX_AGE_MS; undefined with fewer than MIN_SAMPLES. */
@@ -117,8 +130,12 @@ class Samples {
     }
     if (live.length < MIN_SAMPLES) {
       this.cached = undefined;
+      this.cachedMean = undefined;
       return undefined;
     }
+    let weighted = 0;
+    for (const s of live) weighted += s.value * s.weight;
+    this.cachedMean = weighted / total;
     live.sort((a, b) => a.value - b.value);
     // A hair under the target: equal weights summed in floating point must reach k/n exactly.
     const target = QUANTILE * total * (1 - 1e-12);
@@ -149,6 +166,16 @@ export class OutputPredictor {
     this.samples(tenantKey(tenant, model)).add(tokens, now);
   }
 
+  /**
+   * The expected output per choice (a decaying mean: tenant and model, then model), undefined until
+   * answers taught it. What a sum of many requests holds (KV packing, docs/capacity.md), where the
+   * p95 of `predict` is what one request may need (a budget hold).
+   */
+  expected(tenant: string, model: string | undefined): number | undefined {
+    const now = this.now();
+    return this.keys.get(tenantKey(tenant, model))?.mean(now) ?? this.keys.get(modelKey(model))?.mean(now);
+  }
+
   /** The chain's answer, before the request's cap. */
   uncapped(
     tenant: string,
@@ -171,10 +198,15 @@ export class OutputPredictor {
   predict(input: PredictionInput): OutputPrediction {
     const chain = this.uncapped(input.tenant, input.model, input.defaultOutputTokens, input.contextTokens);
     const cap = input.maxTokens;
-    if (cap !== undefined && Number.isFinite(cap) && cap < chain.tokens) {
-      return { tokens: Math.max(1, Math.ceil(cap)), source: "max_tokens", learned: chain.learned };
+    const capped = cap !== undefined && Number.isFinite(cap);
+    const learnedMean = chain.learned ? this.expected(input.tenant, input.model) : undefined;
+    const mean = learnedMean === undefined ? undefined : Math.max(1, Math.round(learnedMean));
+    const expectedTokens = mean === undefined ? undefined : capped ? Math.min(mean, cap) : mean;
+    const extra = expectedTokens === undefined ? {} : { expectedTokens };
+    if (capped && cap < chain.tokens) {
+      return { tokens: Math.max(1, Math.ceil(cap)), source: "max_tokens", learned: chain.learned, ...extra };
     }
-    return chain;
+    return { ...chain, ...extra };
   }
 
   /** Keys held (tests, status). */

@@ -946,9 +946,14 @@ export async function runPolicy(
     req.gate = gate;
     if (gate.kv !== undefined) {
       // Its footprint, at arrival as in the gateway's lease: the mean moves the gate's capacity.
+      // The expected output (learned) or the request's cap, as in the gateway; else no output part,
+      // and the mean does not move.
       const maxOut = tenant.spec.maxTokens !== undefined ? s.maxTokens : undefined;
-      req.kvFootprint = gate.kv.footprintOf(s.estPrompt, req.prediction?.tokens ?? 0, maxOut);
-      if (gate.kv.observe(req.kvFootprint)) applyCapacity(gate);
+      const expected = req.prediction?.expectedTokens;
+      const known = expected !== undefined || maxOut !== undefined;
+      const output = expected ?? (maxOut !== undefined ? Number.POSITIVE_INFINITY : 0);
+      req.kvFootprint = gate.kv.footprintOf(s.estPrompt, output, maxOut);
+      if (known && gate.kv.observe(req.kvFootprint)) applyCapacity(gate);
     }
     if (budgets?.governs(tenant.spec.key)) {
       const verdict = budgets.check(tenant.spec.key, tenant.spec.modelNamed, {

@@ -26,10 +26,21 @@ describe("output prediction", () => {
     assert.deepEqual(ask(p, "t", undefined, 300), { tokens: 300, source: "default", learned: false });
     for (let i = 0; i < MIN_SAMPLES; i++) p.learn("other", "m", 200);
     now += 1;
-    assert.deepEqual(ask(p, "t", undefined, 300), { tokens: 200, source: "model", learned: true });
+    // Learned answers also give the expected length (the decaying mean), for KV packing.
+    assert.deepEqual(ask(p, "t", undefined, 300), {
+      tokens: 200,
+      source: "model",
+      learned: true,
+      expectedTokens: 200,
+    });
     for (let i = 0; i < MIN_SAMPLES; i++) p.learn("t", "m", 50);
     now += 1;
-    assert.deepEqual(ask(p, "t", undefined, 300), { tokens: 50, source: "tenant", learned: true });
+    assert.deepEqual(ask(p, "t", undefined, 300), {
+      tokens: 50,
+      source: "tenant",
+      learned: true,
+      expectedTokens: 50,
+    });
     assert.equal(ask(p, "newcomer").source, "model", "a tenant without answers gets the model's");
   });
 
@@ -38,26 +49,32 @@ describe("output prediction", () => {
     const p = new OutputPredictor(() => now);
     for (let i = 0; i < MIN_SAMPLES; i++) p.learn("t", "m", 500);
     now += 1;
-    assert.deepEqual(ask(p, "t", 100), { tokens: 100, source: "max_tokens", learned: true });
+    assert.deepEqual(ask(p, "t", 100), {
+      tokens: 100,
+      source: "max_tokens",
+      learned: true,
+      expectedTokens: 100,
+    });
     assert.deepEqual(
       ask(p, "t", 800),
-      { tokens: 500, source: "tenant", learned: true },
+      { tokens: 500, source: "tenant", learned: true, expectedTokens: 500 },
       "a cap above it changes nothing",
     );
     assert.deepEqual(
       ask(p, "cold", 64),
-      { tokens: 64, source: "max_tokens", learned: true },
+      { tokens: 64, source: "max_tokens", learned: true, expectedTokens: 64 },
       "the model's, capped",
     );
     const empty = new OutputPredictor(() => 0);
     assert.deepEqual(ask(empty, "t", 64), { tokens: 64, source: "max_tokens", learned: false });
   });
 
-  test("the quantile is the p95 when every answer is as old", () => {
+  test("the quantile is the p95 when every answer is as old, and the expected length their mean", () => {
     const p = new OutputPredictor(() => 0);
     for (let i = 1; i <= 100; i++) p.learn("t", "m", i);
     assert.equal(QUANTILE, 0.95);
     assert.equal(ask(p).tokens, 95);
+    assert.equal(ask(p).expectedTokens, 51, "the mean of 1..100, 50.5, rounded");
   });
 
   test("recent answers weigh more: after five half-lives new short answers win over old long ones", () => {

@@ -259,13 +259,19 @@ export class Lease implements ExchangeOwner, CancelSignal {
     this.pool = pool;
     if (pool.workers.kv.unit === "kv_tokens" && this.estimate !== undefined) {
       const estimate = this.estimate;
+      // The output a sum of requests holds: the expected length when answers taught it, else the
+      // request's own cap. The predictor's p95 and its fallbacks (the default, the context) are
+      // what one request may need: a mean of them took a replay's capacity to a request or two a
+      // worker with the KV 15% used (docs/capacity.md).
+      const expected = this.prediction?.expectedTokens;
+      const known = expected !== undefined || estimate.outputLimited;
       this.kvFootprint = requestFootprint({
         promptTokens: estimate.promptTokens,
-        predictedOutputTokens: this.prediction === undefined ? 0 : this.prediction.tokens * estimate.choices,
+        predictedOutputTokens: known ? (expected ?? Number.POSITIVE_INFINITY) * estimate.choices : 0,
         maxOutputTokens: estimate.outputLimited ? estimate.maxOutputTokens : undefined,
       });
       // Taken at arrival: the pool's capacity follows a change of mix before admitting it.
-      pool.workers.observeFootprint(this.kvFootprint);
+      if (known) pool.workers.observeFootprint(this.kvFootprint);
     }
     this.ticket = new PoolTicket(
       { tenants: this.ctx.activity, feedback: pool.adaptive, shedding: pool.shedding, now: monotonicNow },
