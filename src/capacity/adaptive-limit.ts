@@ -28,6 +28,7 @@
  */
 import type { Clock } from "@sluice/scheduler/core/clock.js";
 import { ConfigError } from "@sluice/scheduler/core/errors.js";
+import { mulberry32 } from "@sluice/scheduler/core/random.js";
 import { DEFAULT_KV_TARGET_UTILIZATION } from "./kv-budget.js";
 
 /**
@@ -226,7 +227,7 @@ export function resolveAdaptiveLimitOptions(options: AdaptiveLimitOptions): Reso
 class Reservoir {
   private readonly values = new Float64Array(CONTROLLER.sampleCap);
   private seen = 0;
-  private seed = 0x9e3779b9;
+  private readonly random = mulberry32(0x9e3779b9);
 
   get size(): number {
     return Math.min(this.seen, this.values.length);
@@ -235,11 +236,8 @@ class Reservoir {
   add(value: number): void {
     if (this.seen < this.values.length) this.values[this.seen] = value;
     else {
-      // xorshift32: the replaced slot is uniform over the samples seen so far.
-      this.seed ^= this.seed << 13;
-      this.seed ^= this.seed >>> 17;
-      this.seed ^= this.seed << 5;
-      const j = (this.seed >>> 0) % (this.seen + 1);
+      // The replaced slot is uniform over the samples seen so far.
+      const j = Math.floor(this.random() * (this.seen + 1));
       if (j < this.values.length) this.values[j] = value;
     }
     this.seen++;
@@ -481,8 +479,9 @@ export class AdaptiveLimit {
       const wanted = level * Math.max(CONTROLLER.maxCut, ttftSloMs / ttftP90);
       return this.cut(Math.min(this.current - 1, Math.floor(wanted)), "slo");
     }
-    if (tpotP90 === undefined) return inUse && this.engineHasRoom() ? this.raiseWithRoom() : "hold";
-    if (tpotSloMs === undefined) return inUse && this.engineHasRoom() ? this.raiseWithRoom() : "hold";
+    if (tpotSloMs === undefined || tpotP90 === undefined) {
+      return inUse && this.engineHasRoom() ? this.raiseWithRoom() : "hold";
+    }
     this.follow(tpotP90);
     const target = CONTROLLER.setPoint * tpotSloMs;
     const error = Math.log(target / tpotP90);

@@ -20,10 +20,13 @@ export const ENGINE_METRIC_NAMES = {
 
 export function registerEngineMetrics(registry: Registry, workers: WorkerPool, now: () => number): void {
   const registers = [registry];
-  const perWorker = (
+  type Worker = WorkerPool["workers"][number];
+  /** One gauge per worker that `shown` admits, labelled by worker and pool; an undefined value is left out. */
+  const workerGauge = (
     name: string,
     help: string,
-    read: (w: WorkerPool["workers"][number]) => number | undefined,
+    shown: (w: Worker) => boolean,
+    read: (w: Worker) => number | undefined,
   ) =>
     new Gauge({
       name,
@@ -33,12 +36,15 @@ export function registerEngineMetrics(registry: Registry, workers: WorkerPool, n
       collect() {
         this.reset();
         for (const w of workers.workers) {
-          if (w.engineLoad.latest === undefined) continue;
+          if (!shown(w)) continue;
           const value = read(w);
           if (value !== undefined) this.set({ worker: w.url, pool: w.group?.name ?? "" }, value);
         }
       },
     });
+  // Engine signals: every worker whose engine has been read.
+  const perWorker = (name: string, help: string, read: (w: Worker) => number | undefined) =>
+    workerGauge(name, help, (w) => w.engineLoad.latest !== undefined, read);
   const M = ENGINE_METRIC_NAMES;
   perWorker(
     M.running,
@@ -66,19 +72,8 @@ export function registerEngineMetrics(registry: Registry, workers: WorkerPool, n
     (w) => w.kvCapacityTokens,
   );
   // Capacity in KV tokens: every worker whose room counts KV tokens, reading or not.
-  const perKvWorker = (name: string, help: string, read: (w: WorkerPool["workers"][number]) => number) =>
-    new Gauge({
-      name,
-      help,
-      labelNames: ["worker", "pool"],
-      registers,
-      collect() {
-        this.reset();
-        for (const w of workers.workers) {
-          if (w.budgetTokens !== undefined) this.set({ worker: w.url, pool: w.group?.name ?? "" }, read(w));
-        }
-      },
-    });
+  const perKvWorker = (name: string, help: string, read: (w: Worker) => number) =>
+    workerGauge(name, help, (w) => w.budgetTokens !== undefined, read);
   perKvWorker(
     M.kvFootprint,
     "KV footprint (prompt + predicted output) of this gateway's requests on the worker, tokens (capacity_unit kv_tokens).",
