@@ -15,12 +15,13 @@
  *  4. guards, once enough *fresh* samples are in (samples whose measurement began after the level
  *     in force took effect: a limit's effect shows only in requests that ran under it):
  *     - TPOT p90 above tpot_slo_ms, or TTFT p90 above ttft_slo_ms: cut toward the set point;
- *     - TPOT p90 under the band's floor, the limit in use, the engine with room: raise toward it.
- *     The step comes from a line fitted to the last levels and their p90s (TPOT grows about
- *     linearly with the batch), so one step lands near the set point; with too little spread in
- *     the levels, a step of assumed elasticity.
- *  5. raise without a TPOT guard: in use and the engine has room (or no SLO, no engine signal: the
- *     limit grows to the bounds, and only overloads cut it; the gateway warns of that at start).
+ *     - TPOT p90 under it, the limit in use, the engine with room: raise toward it (a step of
+ *       assumed elasticity, half the way, at most x1.25).
+ *  5. no tpot_slo_ms: the knee search. Levels measured in use are compared by throughput (mean in
+ *     flight / TPOT p50); a raise that lost 20% steps back and caps raises there, a lower level as
+ *     good looks lower still, one that lost steps back up. Otherwise raise while in use and the
+ *     engine has room (no engine signal either: the limit grows to the bounds, and only overloads
+ *     and the search cut it; the gateway says at start that no time per token is promised).
  *  6. hold.
  * A cold start begins at a quarter of the reported capacity and doubles per decision while nothing
  * objects ("starting"): requests admitted early must not wait at an engine far past its knee, out of
@@ -71,7 +72,7 @@ export interface EngineView {
   maxRunning?: number | undefined;
 }
 
-export type AdaptiveDecision = "increase" | "decrease" | "hold" | "overload" | "slo" | "engine";
+export type AdaptiveDecision = "increase" | "decrease" | "hold" | "overload" | "slo" | "engine" | "knee";
 
 export type AdaptivePhase = "starting" | "tracking";
 
@@ -168,6 +169,32 @@ export const CONTROLLER = Object.freeze({
   elasticity: 0.5,
   /** The cold start's level, x the reported capacity. */
   startFraction: 0.25,
+  /**
+   * Without tpot_slo_ms, the knee search. A raise whose level keeps less than this share of the
+   * throughput measured under the level before it went past the knee: back, and look below. (A
+   * real engine's step time is affine in the batch, so its throughput never falls with more
+   * requests; one that falls 10% is an engine past a knee, or thrashing. The margin keeps one
+   * draw's noise from reading as a knee: the Azure and Mooncake replays never cross it.)
+   */
+  kneeLoss: 0.8,
+  /** A lower level that keeps this share of the throughput is as good, for less latency: go lower. */
+  kneeKeep: 0.95,
+  /** Each step of the search down, x the level. */
+  kneeProbe: 0.8,
+  /** TPOT elasticity at which the search is far past the knee and halves instead. */
+  kneeFar: 0.9,
+  /**
+   * ...up to this: a larger elasticity is the knee itself, between the two levels, not the flat
+   * far side of it, and the next step is a fifth again.
+   */
+  kneeSharp: 2,
+  /** Levels compared must differ by this much in concurrency (log): closer, noise decides. */
+  kneeSpread: 0.05,
+  /**
+   * A level found past the knee caps raises this long, and one found short of it stops the
+   * probes down; then the search may look again (the engine or the mix may have changed).
+   */
+  kneeMemoryMs: 60_000,
 });
 
 // ---------------------------------------------------------------------------------------------
@@ -248,10 +275,14 @@ class Reservoir {
   }
 
   p90(): number | undefined {
+    return this.quantile(0.9);
+  }
+
+  quantile(q: number): number | undefined {
     const n = this.size;
     if (n === 0) return undefined;
     const sorted = this.values.slice(0, n).sort();
-    return sorted[Math.min(n - 1, Math.ceil(0.9 * n) - 1)]!;
+    return sorted[Math.min(n - 1, Math.max(0, Math.ceil(q * n) - 1))]!;
   }
 }
 
@@ -284,6 +315,10 @@ export interface AdaptiveLimitSnapshot {
   overloadDecreases: number;
   sloDecreases: number;
   engineDecreases: number;
+  /** Cuts of the knee search (no tpot_slo_ms): a raise that lost throughput, or a probe below it. */
+  kneeDecreases: number;
+  /** The level the knee search found past the knee, capping raises for a while (null: none). */
+  kneeCeiling: number | null;
   /** The bound the limit is pinned at, or null. */
   bound: "min" | "max" | null;
   /** Samples retained now. */
@@ -320,6 +355,15 @@ export class AdaptiveLimit {
   private lastInflight = 0;
   private heldBack = 0;
   private engine: EngineView | undefined = undefined;
+  /**
+   * The knee search (no tpot_slo_ms): the last level measured in use (limit, mean in flight, TPOT
+   * p50), to compare the next with; and the level found past the knee, with when.
+   */
+  private kneePrev: { limit: number; conc: number; tpot: number } | undefined = undefined;
+  private kneeCeiling: { limit: number; at: number } | undefined = undefined;
+  private kneeFloor: { limit: number; at: number } | undefined = undefined;
+  /** The level in force came from a probe down (not a step back from past the knee). */
+  private kneeProbing = false;
 
   private last = {
     decision: "hold" as AdaptiveDecision,
@@ -331,6 +375,7 @@ export class AdaptiveLimit {
     overloadDecreases: 0,
     sloDecreases: 0,
     engineDecreases: 0,
+    kneeDecreases: 0,
     invalid: 0,
     stale: 0,
   };
@@ -433,6 +478,8 @@ export class AdaptiveLimit {
       overloadDecreases: l.overloadDecreases,
       sloDecreases: l.sloDecreases,
       engineDecreases: l.engineDecreases,
+      kneeDecreases: l.kneeDecreases,
+      kneeCeiling: this.ceiling() ?? null,
       bound: this.pinned,
       storedSamples: this.tpot.size + this.ttft.size,
       invalidSamples: l.invalid,
@@ -467,6 +514,7 @@ export class AdaptiveLimit {
     // scenarios, cuts from that sum met 32 of 42 bounds against 37).
     const level = this.levelCount > 0 ? this.levelSum / this.levelCount : ran;
     const tpotP90 = this.tpot.p90();
+    const tpotP50 = this.tpot.quantile(0.5);
     const ttftP90 = this.ttft.p90();
     this.last.tpotP90 = tpotP90 ?? null;
     this.last.ttftP90 = ttftP90 ?? null;
@@ -480,6 +528,10 @@ export class AdaptiveLimit {
       return this.cut(Math.min(this.current - 1, Math.floor(wanted)), "slo");
     }
     if (tpotSloMs === undefined || tpotP90 === undefined) {
+      if (tpotSloMs === undefined && tpotP50 !== undefined) {
+        const knee = this.kneeSearch(level, tpotP50, inUse);
+        if (knee !== undefined) return knee;
+      }
       return inUse && this.engineHasRoom() ? this.raiseWithRoom() : "hold";
     }
     this.follow(tpotP90);
@@ -503,7 +555,79 @@ export class AdaptiveLimit {
   }
 
   private raiseWithRoom(): AdaptiveDecision {
-    return this.raise(Math.min(this.current * this.raiseFactor(), this.engineCeiling()));
+    const wanted = Math.min(this.current * this.raiseFactor(), this.engineCeiling());
+    const ceiling = this.ceiling();
+    if (ceiling !== undefined && wanted >= ceiling) {
+      // Under a level found past the knee: up to just below it, or hold where a step that short
+      // could not be judged (the search compares levels kneeSpread apart or more).
+      const below = ceiling - 1;
+      return below >= this.current * Math.exp(CONTROLLER.kneeSpread) ? this.raise(below) : "hold";
+    }
+    return this.raise(wanted);
+  }
+
+  /**
+   * Without tpot_slo_ms, nothing says how slow is too slow, but an engine past its knee says it
+   * itself: more requests, less throughput (mean in flight / TPOT p50, Little's law). Each level
+   * measured in use is compared with the one before it, and the search moves toward the better:
+   * - went up and kept under kneeLoss of the throughput: back to the level before, which caps
+   *   raises for kneeMemoryMs; the next comparison (down from the lost level) then looks below;
+   * - went down and kept kneeKeep or more: as good for less latency, so a step lower;
+   * - went down and lost: back up to the level before.
+   * Otherwise (no level before, levels too close, or a raise that paid): undefined, and the raise
+   * rule goes on. Any other cut forgets the level before: its move was not the search's.
+   */
+  private kneeSearch(conc: number, tpot: number, inUse: boolean): AdaptiveDecision | undefined {
+    const prev = this.kneePrev;
+    if (!inUse || conc <= 0 || tpot <= 0) {
+      this.kneePrev = undefined;
+      return undefined;
+    }
+    this.kneePrev = { limit: this.current, conc, tpot };
+    if (prev === undefined) return undefined;
+    if (!(conc > prev.conc) && !(conc < prev.conc)) return undefined;
+    const spread = Math.log(conc / prev.conc);
+    if (Math.abs(spread) < CONTROLLER.kneeSpread) return undefined;
+    const kept = conc / tpot / (prev.conc / prev.tpot);
+    if (spread > 0) {
+      if (kept >= CONTROLLER.kneeLoss || prev.limit >= this.current) return undefined;
+      this.kneeCeiling = { limit: this.current, at: this.clock.now() };
+      this.kneeProbing = false;
+      return this.cut(prev.limit, "knee");
+    }
+    if (kept >= CONTROLLER.kneeKeep) {
+      // A probe down that found TPOT falling as fast as the concurrency (elasticity near 1 or more)
+      // is far past the knee, where throughput is flat: halve. Nearer, and right after a step
+      // back (whose TPOT fell across the knee itself), a fifth.
+      const elasticity = Math.log(tpot / prev.tpot) / spread;
+      const far = this.kneeProbing && elasticity >= CONTROLLER.kneeFar && elasticity <= CONTROLLER.kneeSharp;
+      const wanted = Math.floor(this.current * (far ? CONTROLLER.maxCut : CONTROLLER.kneeProbe));
+      // Not down to a level already found worse: the search has bracketed the knee.
+      const floor = this.remembered("floor");
+      if (floor !== undefined && wanted <= floor) return undefined;
+      const decision = this.cut(wanted, "knee");
+      this.kneeProbing = true;
+      return decision;
+    }
+    this.kneeProbing = false;
+    if (prev.limit <= this.current) return undefined;
+    this.kneeFloor = { limit: this.current, at: this.clock.now() };
+    return this.raise(prev.limit);
+  }
+
+  /** The knee search's ceiling while it is remembered. */
+  private ceiling(): number | undefined {
+    return this.remembered("ceiling");
+  }
+
+  /** A level the knee search found worse (above: past the knee; below: short of it), for a while. */
+  private remembered(which: "ceiling" | "floor"): number | undefined {
+    const mark = which === "ceiling" ? this.kneeCeiling : this.kneeFloor;
+    if (mark === undefined) return undefined;
+    if (this.clock.now() - mark.at < CONTROLLER.kneeMemoryMs) return mark.limit;
+    if (which === "ceiling") this.kneeCeiling = undefined;
+    else this.kneeFloor = undefined;
+    return undefined;
   }
 
   /** No more than the engine can run: what it runs now and its free running slots, when it says. */
@@ -562,19 +686,26 @@ export class AdaptiveLimit {
     return this.engine === undefined || !this.engineFull(this.engine);
   }
 
-  private cut(wanted: number, kind: "overload" | "slo" | "engine"): AdaptiveDecision {
+  private cut(wanted: number, kind: "overload" | "slo" | "engine" | "knee"): AdaptiveDecision {
     this.phase = "tracking";
+    // A move the knee search did not make breaks its chain of comparisons.
+    const kneeMove = kind === "knee";
     const before = this.current;
     this.setLimit(Math.min(wanted, before - 1));
     if (this.current >= before) return "hold";
+    if (!kneeMove) {
+      this.kneePrev = undefined;
+      this.kneeProbing = false;
+    }
     this.last.decreases++;
     if (kind === "overload") this.last.overloadDecreases++;
     else if (kind === "slo") this.last.sloDecreases++;
+    else if (kind === "knee") this.last.kneeDecreases++;
     else this.last.engineDecreases++;
     // What was measured described the old level; the new one counts once in flight is within it.
     this.draining = this.lastInflight > this.current;
     this.settle();
-    return kind === "engine" || kind === "overload" ? kind : "slo";
+    return kind;
   }
 
   private raise(wanted: number): AdaptiveDecision {

@@ -103,6 +103,8 @@ interface AdaptiveWorkerSnapshot {
   ratio: number | null;
   engineWaiting: number | null;
   engineKvUtilization: number | null;
+  /** The knee search's ceiling on this worker (no tpot_slo_ms), or null. */
+  kneeCeiling: number | null;
   lastDecision: AdaptiveDecision;
 }
 
@@ -310,6 +312,7 @@ export class AdaptiveCapacity implements CapacitySource, CapacityFeedback {
         | "overloadDecreases"
         | "sloDecreases"
         | "engineDecreases"
+        | "kneeDecreases"
         | "storedSamples"
         | "invalidSamples"
         | "staleSamples"
@@ -332,6 +335,7 @@ export class AdaptiveCapacity implements CapacitySource, CapacityFeedback {
       overloadDecreases: sumOf("overloadDecreases"),
       sloDecreases: sumOf("sloDecreases"),
       engineDecreases: sumOf("engineDecreases"),
+      kneeDecreases: sumOf("kneeDecreases"),
       storedSamples: sumOf("storedSamples"),
       invalidSamples: sumOf("invalidSamples"),
       staleSamples: sumOf("staleSamples"),
@@ -355,6 +359,7 @@ export class AdaptiveCapacity implements CapacitySource, CapacityFeedback {
                 ratio: snaps[i]!.ratio,
                 engineWaiting: snaps[i]!.engineWaiting,
                 engineKvUtilization: snaps[i]!.engineKvUtilization,
+                kneeCeiling: snaps[i]!.kneeCeiling,
                 lastDecision: snaps[i]!.lastDecision,
               },
             ],

@@ -29,12 +29,13 @@ export function warnOfAdaptiveSettingsWithoutEffect(
 
 /**
  * Adaptive mode without tpot_slo_ms: the controllers follow the engines' waiting queues and KV use
- * (and workers' 429/503) with no latency guard (docs/adaptive.md, rule 5). Said at start, so an
- * operator who meant to promise a time per token sees that none is held.
+ * (and workers' 429/503), and search for each engine's knee by throughput, with no time per token
+ * promised (docs/adaptive.md, rule 5). Said at start, so an operator who meant to promise one sees
+ * that none is held.
  */
 export function warnOfAdaptiveWithoutGuards(capacity: CapacityOptions | undefined, logger: Logger): void {
   if (capacity?.mode !== "adaptive" || capacity.tpotSloMs !== undefined) return;
   logger.info(
-    "adaptive capacity without tpot_slo_ms: each worker's controller follows its engine's waiting queue and KV use (and 429/503), with no latency guard; an engine that runs all it is sent, slowly, is held only by tpot_slo_ms (docs/adaptive.md)",
+    "adaptive capacity without tpot_slo_ms: each worker's controller follows its engine's waiting queue and KV use (and 429/503) and stops where more requests stop adding throughput (the knee search); no time per token is promised: set tpot_slo_ms for that (docs/adaptive.md)",
   );
 }

@@ -135,6 +135,8 @@ interface ControllerReport {
   slo_decreases: number;
   /** Cuts the engine's own signals asked for (its waiting queue, its KV use over target). */
   engine_decreases: number;
+  /** Cuts of the knee search (no tpot_slo_ms): a raise that lost throughput, or a probe below. */
+  knee_decreases: number;
 }
 
 /** One model pool under one policy (reports of scenarios with several pools). */
@@ -613,6 +615,7 @@ function controllerReport(snap: AdaptiveLimitSnapshot | undefined): ControllerRe
     overload_decreases: snap.overloadDecreases,
     slo_decreases: snap.sloDecreases,
     engine_decreases: snap.engineDecreases,
+    knee_decreases: snap.kneeDecreases,
   };
 }
 

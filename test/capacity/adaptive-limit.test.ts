@@ -156,6 +156,72 @@ describe("adaptive limit: the engine's signals", () => {
   });
 });
 
+describe("adaptive limit: the knee search (no tpot_slo_ms)", () => {
+  // An engine like `mock-worker --knee`: past its knee every request more slows all of them by
+  // half a lone step, so throughput (running / TPOT) falls with more requests. It reports 256
+  // running slots and never queues, so its own signals never object.
+  const bent = (knee: number) => engine({ knee, perRequestMs: 0.05 });
+  const throughput = (sim: Sim, running: number) => {
+    const m = sim.model;
+    const past = m.knee > 0 ? Math.max(0, running - m.knee) : 0;
+    return running / ((m.floorMs + m.perRequestMs * running) * (1 + m.kneeSlowdown * past));
+  };
+
+  test("a worker that slows past a knee is held near it, serving most of what it can", () => {
+    const sim = new Sim({ tpotSloMs: undefined }, bent(30));
+    sim.run(120);
+    const late = sim.ran.slice(60);
+    const best = throughput(sim, 30);
+    const mean = late.reduce((s, r) => s + throughput(sim, r), 0) / late.length;
+    assert.ok(
+      mean >= 0.8 * best,
+      `throughput ${(mean / best).toFixed(2)} of the knee's; ran ${late.join(",")}`,
+    );
+    assert.ok(Math.max(...late) <= 40, `never far past the knee: ${late.join(",")}`);
+    const s = sim.ctl.snapshot();
+    assert.ok(s.kneeDecreases >= 1 && s.sloDecreases === 0 && s.engineDecreases === 0);
+  });
+
+  test("a cold start far past the knee comes down to it", () => {
+    const sim = new Sim({ tpotSloMs: undefined }, bent(12));
+    const limits = sim.run(40);
+    assert.ok(
+      limits.slice(20).every((l) => l <= 16),
+      `near 12 after 20 windows: ${limits.join(",")}`,
+    );
+  });
+
+  test("an engine whose throughput grows with its batch is never cut by the search", () => {
+    const sim = new Sim({ tpotSloMs: undefined }, engine());
+    sim.run(200);
+    assert.equal(sim.ctl.snapshot().kneeDecreases, 0);
+    assert.equal(sim.ctl.limit, 256);
+  });
+
+  test("the level found past the knee caps raises for a minute, then the search looks again", () => {
+    const sim = new Sim({ tpotSloMs: undefined }, bent(30));
+    sim.run(90);
+    const ceiling = sim.ctl.snapshot().kneeCeiling;
+    assert.ok(ceiling !== null && ceiling <= 45, `a ceiling near the knee: ${ceiling}`);
+    // The engine gets better (a smaller model loaded): its knee leaves. Within the memory the
+    // limit stays under the ceiling; after it, it climbs.
+    sim.model.knee = 0;
+    const soon = sim.run(20);
+    assert.ok(
+      soon.every((l) => l < 60),
+      soon.join(","),
+    );
+    const later = sim.run(120);
+    assert.ok(Math.max(...later) > 100, `climbs once the ceiling is forgotten: ${later.join(",")}`);
+  });
+
+  test("with tpot_slo_ms the SLO guards and the search stays out", () => {
+    const sim = new Sim({}, bent(30));
+    sim.run(120);
+    assert.equal(sim.ctl.snapshot().kneeDecreases, 0);
+  });
+});
+
 describe("adaptive limit: bounds", () => {
   test("the limit stays within its bounds, and onBound says so once per episode", () => {
     const events: string[] = [];

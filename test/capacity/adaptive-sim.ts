@@ -27,6 +27,9 @@ export interface EngineModel {
   exportsSignals: boolean;
   /** Every latency x this (a slow GPU, an incident). */
   slowdown: number;
+  /** Past this many running, TPOT x (1 + kneeSlowdown x the excess), as `mock-worker --knee` (0: none). */
+  knee: number;
+  kneeSlowdown: number;
 }
 
 /** TPOT 10 ms alone, 20 ms at 40 requests: with tpot_slo_ms 20 the set point (0.97) sits near 38. */
@@ -39,6 +42,8 @@ export function engine(overrides: Partial<EngineModel> = {}): EngineModel {
     tokensPerRequest: 1000,
     exportsSignals: true,
     slowdown: 1,
+    knee: 0,
+    kneeSlowdown: 0.5,
     ...overrides,
   };
 }
@@ -83,7 +88,9 @@ export class Sim {
   /** TPOT at `running` requests, with +-5% jitter. */
   tpot(running: number): number {
     const m = this.model;
-    return (m.floorMs + m.perRequestMs * running) * m.slowdown * (0.95 + 0.1 * this.rand());
+    const pastKnee = m.knee > 0 ? Math.max(0, running - m.knee) : 0;
+    const jitter = 0.95 + 0.1 * this.rand();
+    return (m.floorMs + m.perRequestMs * running) * m.slowdown * (1 + m.kneeSlowdown * pastKnee) * jitter;
   }
 
   window(): AdaptiveDecision | undefined {
