@@ -67,6 +67,11 @@ export function registerEngineMetrics(registry: Registry, workers: WorkerPool, n
     (w) => w.engineLoad.latest?.reading.kvUtilization,
   );
   perWorker(
+    M.kvEstimated,
+    "KV cache in use at the worker's engine now, 0..1: its last scrape carried by this gateway's own prompts since.",
+    (w) => w.engineLoad.estimatedKvUtilization(w.promptTokensInFlight),
+  );
+  perWorker(
     M.kvCapacity,
     "KV cache capacity in tokens the worker's engine reports.",
     (w) => w.kvCapacityTokens,

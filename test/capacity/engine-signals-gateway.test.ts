@@ -198,9 +198,19 @@ describe("engine signals over real HTTP", () => {
       `one prompt ~2000 tokens of 100000, got ${perRequest}`,
     );
     assert.equal(s.kv_utilization, 0);
+    // The same estimate is a gauge beside the scrape's own.
+    const gauges = await fleet.scrape();
+    const labels = { worker: fleet.workers[0]!.url, pool: "mock-llm" };
+    assert.equal(metric(gauges, "sluice_worker_kv_utilization", labels), 0);
+    const gauged = metric(gauges, "sluice_worker_kv_utilization_estimated", labels)!;
+    assert.ok(Math.abs(gauged - s.estimated_kv_utilization!) < 1e-4, `gauge ${gauged} = status`);
     await held[0]!.cancel();
-    s = (await workerStatus(fleet)).engine_signals!;
-    assert.ok(Math.abs(s.estimated_kv_utilization! - perRequest) < 1e-9, "one prompt left");
+    // The gateway sees the client go a moment after the cancel returns.
+    await waitFor(() => fleet.workers[0]!.stats().open === 1, "one open at the worker");
+    await waitFor(async () => {
+      s = (await workerStatus(fleet)).engine_signals!;
+      return Math.abs(s.estimated_kv_utilization! - perRequest) < 1e-9;
+    }, "the estimate: one prompt left");
     await nextScrape(fleet, clock);
     s = (await workerStatus(fleet)).engine_signals!;
     const kv = fleet.workers[0]!.stats().kv!;
