@@ -221,6 +221,47 @@ describe("adaptive capacity over HTTP", () => {
     assert.ok(status.adaptive !== null && status.adaptive.limit >= 2);
   });
 
+  test("without tpot_slo_ms, a worker advertising 32 that slows past a knee at 8: the knee search holds it there", async (t) => {
+    // Issue 35 item 14: the engine never queues and reports room to spare, so only the
+    // throughput it loses past its knee can say where to stop. The search compares levels the
+    // limit binds at: more clients than the worker advertises, as an open-loop overload.
+    const clock = new ManualClock(Date.UTC(2026, 10, 23, 12));
+    const fleet = await startFleet(t, {
+      workers: [
+        {
+          maxRunningRequests: 32,
+          ttftMs: 3,
+          tokenDelayMs: 2,
+          batchSlowdown: 0,
+          knee: KNEE,
+          kneeSlowdown: 1,
+        },
+      ],
+      schedulerYaml: schedulerDoc({
+        classes: { system: LONG, interactive: LONG, default: LONG, bulk: LONG },
+      }),
+      gateway: { clock, capacity: { mode: "adaptive", minCapacity: 2 } },
+    });
+    assert.equal(fleet.gateway.capacity.capacity, 8, "cold start at a quarter of 32");
+    assert.ok(
+      fleet.logs.some((l) => typeof l.msg === "string" && l.msg.includes("knee search")),
+      "the gateway says at start what holds the limit without tpot_slo_ms",
+    );
+    const load = closedLoop(fleet, 96);
+    const limits: number[] = [];
+    const peaks: number[] = [];
+    // At the knee: not past it (where throughput falls), and not short of it either.
+    const atKnee = (peak: number) => peak >= KNEE - 2 && peak <= KNEE + 2;
+    const settled = () => limits.length >= 30 && peaks.slice(-10).every(atKnee);
+    await runWindows(fleet, clock, load, limits, settled, (stats) => peaks.push(stats.peakRunning));
+    const snapshot = fleet.gateway.adaptive!.snapshot();
+    const detail = `limits ${limits.join(" ")}; worker peaks ${peaks.join(" ")}; knee cuts ${snapshot.kneeDecreases}`;
+    t.diagnostic(detail);
+    assert.ok(settled(), `the worker runs at its knee, not at the 32 it advertises: ${detail}`);
+    assert.ok(snapshot.kneeDecreases >= 1 && snapshot.sloDecreases === 0, detail);
+    assert.deepEqual([...load.statuses.keys()], [200], "every request served, none refused");
+  });
+
   test("with the built-in reservations (system 32, interactive 128) and a fleet of 256, default-class work runs the worker at its knee", async (t) => {
     await reservedShareRun(t);
   });
