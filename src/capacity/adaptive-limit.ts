@@ -172,16 +172,20 @@ export const CONTROLLER = Object.freeze({
   /**
    * Without tpot_slo_ms, the knee search. A raise whose level keeps less than this share of the
    * throughput measured under the level before it went past the knee: back, and look below. (A
-   * real engine's step time is affine in the batch, so its throughput never falls with more
-   * requests; one that falls 10% is an engine past a knee, or thrashing. The margin keeps one
-   * draw's noise from reading as a knee: the Azure and Mooncake replays never cross it.)
+   * real engine's step time is affine in the batch, so its throughput does not fall with more
+   * requests; one that falls 20% is an engine past a knee, or thrashing. The margin is wide so
+   * that one draw's noise, and long prefills' weight on TPOT, seldom read as a knee: at 0.9-1.0
+   * the Mooncake replay at 3x held 77-79% of the best fixed limit's goodput, at 0.8 86%.)
    */
   kneeLoss: 0.8,
   /** A lower level that keeps this share of the throughput is as good, for less latency: go lower. */
   kneeKeep: 0.95,
   /** Each step of the search down, x the level. */
   kneeProbe: 0.8,
-  /** TPOT elasticity at which the search is far past the knee and halves instead. */
+  /**
+   * TPOT elasticity, across a probe down that followed another, at which the search is on the flat
+   * far side of the knee and halves instead of stepping a fifth.
+   */
   kneeFar: 0.9,
   /**
    * ...up to this: a larger elasticity is the knee itself, between the two levels, not the flat
@@ -573,7 +577,7 @@ export class AdaptiveLimit {
    * - went up and kept under kneeLoss of the throughput: back to the level before, which caps
    *   raises for kneeMemoryMs; the next comparison (down from the lost level) then looks below;
    * - went down and kept kneeKeep or more: as good for less latency, so a step lower;
-   * - went down and lost: back up to the level before.
+   * - went down and lost: back up to the level before; probes stop above the lost one a while.
    * Otherwise (no level before, levels too close, or a raise that paid): undefined, and the raise
    * rule goes on. Any other cut forgets the level before: its move was not the search's.
    */
@@ -585,7 +589,6 @@ export class AdaptiveLimit {
     }
     this.kneePrev = { limit: this.current, conc, tpot };
     if (prev === undefined) return undefined;
-    if (!(conc > prev.conc) && !(conc < prev.conc)) return undefined;
     const spread = Math.log(conc / prev.conc);
     if (Math.abs(spread) < CONTROLLER.kneeSpread) return undefined;
     const kept = conc / tpot / (prev.conc / prev.tpot);
