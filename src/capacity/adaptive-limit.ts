@@ -536,7 +536,8 @@ export class AdaptiveLimit {
         const knee = this.kneeSearch(level, tpotP50, inUse);
         if (knee !== undefined) return knee;
       }
-      return inUse && this.engineHasRoom() ? this.raiseWithRoom() : "hold";
+      const decision = inUse && this.engineHasRoom() ? this.raiseWithRoom() : "hold";
+      return decision === "hold" && tpotSloMs === undefined && inUse ? this.kneeLookBelow() : decision;
     }
     this.follow(tpotP90);
     const target = CONTROLLER.setPoint * tpotSloMs;
@@ -616,6 +617,21 @@ export class AdaptiveLimit {
     if (prev.limit <= this.current) return undefined;
     this.kneeFloor = { limit: this.current, at: this.clock.now() };
     return this.raise(prev.limit);
+  }
+
+  /**
+   * At a bound (the engine full, or adaptive_max_capacity), with no raise to compare, the search
+   * cannot tell whether the knee is below: it looks a fifth lower, once per kneeMemoryMs (a look
+   * that lost leaves a floor that long). A worker that advertises 64 and bends at 8 would
+   * otherwise run 64 once a noisy comparison let a raise to its bound pass.
+   */
+  private kneeLookBelow(): AdaptiveDecision {
+    const measured = this.kneePrev?.limit === this.current;
+    const bracketed = this.remembered("floor") !== undefined || this.ceiling() !== undefined;
+    if (!measured || bracketed || this.current <= this.options.minCapacity) return "hold";
+    const decision = this.cut(Math.floor(this.current * CONTROLLER.kneeProbe), "knee");
+    this.kneeProbing = false;
+    return decision;
   }
 
   /** The knee search's ceiling while it is remembered. */
