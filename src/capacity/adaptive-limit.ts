@@ -19,7 +19,8 @@
  *       assumed elasticity, half the way, at most x1.25).
  *  5. no tpot_slo_ms: the knee search. Levels measured in use are compared by throughput (mean in
  *     flight / TPOT p50); a raise that lost 20% steps back and caps raises there, a lower level as
- *     good looks lower still, one that lost steps back up. Otherwise raise while in use and the
+ *     good looks lower still, one that lost steps back up; at a bound, with no raise to compare,
+ *     it looks a fifth lower once a minute. Otherwise raise while in use and the
  *     engine has room (no engine signal either: the limit grows to the bounds, and only overloads
  *     and the search cut it; the gateway says at start that no time per token is promised).
  *  6. hold.
