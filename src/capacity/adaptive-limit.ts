@@ -519,7 +519,8 @@ export class AdaptiveLimit {
     // scenarios, cuts from that sum met 32 of 42 bounds against 37).
     const level = this.levelCount > 0 ? this.levelSum / this.levelCount : ran;
     const tpotP90 = this.tpot.p90();
-    const tpotP50 = this.tpot.quantile(0.5);
+    // The knee search's measure, only where it runs (no TPOT SLO).
+    const tpotP50 = tpotSloMs === undefined ? this.tpot.quantile(0.5) : undefined;
     const ttftP90 = this.ttft.p90();
     this.last.tpotP90 = tpotP90 ?? null;
     this.last.ttftP90 = ttftP90 ?? null;
@@ -708,12 +709,11 @@ export class AdaptiveLimit {
 
   private cut(wanted: number, kind: "overload" | "slo" | "engine" | "knee"): AdaptiveDecision {
     this.phase = "tracking";
-    // A move the knee search did not make breaks its chain of comparisons.
-    const kneeMove = kind === "knee";
     const before = this.current;
     this.setLimit(Math.min(wanted, before - 1));
     if (this.current >= before) return "hold";
-    if (!kneeMove) {
+    if (kind !== "knee") {
+      // A move the knee search did not make breaks its chain of comparisons.
       this.kneePrev = undefined;
       this.kneeProbing = false;
     }

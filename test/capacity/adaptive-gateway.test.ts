@@ -23,6 +23,25 @@ const TPOT_SLO_MS = 12;
 const settledLimit = (limit: number) => limit >= KNEE && limit <= 2 * KNEE;
 const LONG = { queue_timeout_secs: 3600, queue_size: 10_000, starvation_threshold_secs: 3600 };
 
+/** The worker these tests stand in front of: it advertises `maxRunningRequests`, TPOT 2 ms a token, 2 ms more per request past KNEE. */
+function kneeWorker(maxRunningRequests: number): MockWorkerOptions {
+  return { maxRunningRequests, ttftMs: 3, tokenDelayMs: 2, batchSlowdown: 0, knee: KNEE, kneeSlowdown: 1 };
+}
+
+/** One kneeWorker behind classes with no reservations and long timeouts, adaptive with `capacity`. */
+function kneeFleet(
+  t: TestContext,
+  clock: ManualClock,
+  maxRunningRequests: number,
+  capacity: { mode: "adaptive"; minCapacity: number; tpotSloMs?: number },
+) {
+  return startFleet(t, {
+    workers: [kneeWorker(maxRunningRequests)],
+    schedulerYaml: schedulerDoc({ classes: { system: LONG, interactive: LONG, default: LONG, bulk: LONG } }),
+    gateway: { clock, capacity },
+  });
+}
+
 /** Keeps `clients` streams going until `stop()`; counts answers by status. */
 function closedLoop(fleet: Fleet, clients: number) {
   let running = true;
@@ -113,9 +132,7 @@ async function paceFleet(t: TestContext, tokenDelayMs: number, worker: MockWorke
 async function reservedShareRun(t: TestContext, state?: StateOptions): Promise<void> {
   const clock = new ManualClock(Date.UTC(2026, 10, 23, 12));
   const fleet = await startFleet(t, {
-    workers: [
-      { maxRunningRequests: 256, ttftMs: 3, tokenDelayMs: 2, batchSlowdown: 0, knee: KNEE, kneeSlowdown: 1 },
-    ],
+    workers: [kneeWorker(256)],
     gateway: { clock, state, capacity: { mode: "adaptive", minCapacity: 2, tpotSloMs: TPOT_SLO_MS } },
   });
   assert.equal(fleet.gateway.admission.mode, "scheduler", "the built-in reservations fit 256");
@@ -153,25 +170,7 @@ async function reservedShareRun(t: TestContext, state?: StateOptions): Promise<v
 describe("adaptive capacity over HTTP", () => {
   test("a worker advertising 64 with a knee at 8: the limit settles near the knee, TPOT under the SLO", async (t) => {
     const clock = new ManualClock(Date.UTC(2026, 10, 23, 12));
-    const fleet = await startFleet(t, {
-      workers: [
-        {
-          maxRunningRequests: 64,
-          ttftMs: 3,
-          tokenDelayMs: 2,
-          batchSlowdown: 0,
-          knee: KNEE,
-          kneeSlowdown: 1,
-        },
-      ],
-      schedulerYaml: schedulerDoc({
-        classes: { system: LONG, interactive: LONG, default: LONG, bulk: LONG },
-      }),
-      gateway: {
-        clock,
-        capacity: { mode: "adaptive", minCapacity: 2, tpotSloMs: TPOT_SLO_MS },
-      },
-    });
+    const fleet = await kneeFleet(t, clock, 64, { mode: "adaptive", minCapacity: 2, tpotSloMs: TPOT_SLO_MS });
     assert.equal(fleet.gateway.admission.mode, "scheduler");
     const adaptive = fleet.gateway.adaptive;
     assert.ok(adaptive, "the gateway runs adaptive capacity");
@@ -226,22 +225,7 @@ describe("adaptive capacity over HTTP", () => {
     // throughput it loses past its knee can say where to stop. The search compares levels the
     // limit binds at: more clients than the worker advertises, as an open-loop overload.
     const clock = new ManualClock(Date.UTC(2026, 10, 23, 12));
-    const fleet = await startFleet(t, {
-      workers: [
-        {
-          maxRunningRequests: 32,
-          ttftMs: 3,
-          tokenDelayMs: 2,
-          batchSlowdown: 0,
-          knee: KNEE,
-          kneeSlowdown: 1,
-        },
-      ],
-      schedulerYaml: schedulerDoc({
-        classes: { system: LONG, interactive: LONG, default: LONG, bulk: LONG },
-      }),
-      gateway: { clock, capacity: { mode: "adaptive", minCapacity: 2 } },
-    });
+    const fleet = await kneeFleet(t, clock, 32, { mode: "adaptive", minCapacity: 2 });
     assert.equal(fleet.gateway.capacity.capacity, 8, "cold start at a quarter of 32");
     assert.ok(
       fleet.logs.some((l) => typeof l.msg === "string" && l.msg.includes("knee search")),
